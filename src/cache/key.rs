@@ -1,0 +1,235 @@
+//! The cache key: one entry per representation a client can get of a table.
+
+use std::sync::Arc;
+
+use http::header::HeaderMap;
+use http::HeaderName;
+
+use crate::identity::Scope;
+use crate::route::{decode_component, decode_namespace, Route};
+
+pub static ACCESS_DELEGATION: HeaderName = HeaderName::from_static("x-iceberg-access-delegation");
+
+/// A table, by decoded identifiers: every spelling of its path names the same `TableId`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct TableId {
+    pub prefix: Option<String>,
+    pub namespace: Vec<String>,
+    pub table: String,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Snapshots {
+    All,
+    Refs,
+}
+
+impl Snapshots {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Snapshots::All => "all",
+            Snapshots::Refs => "refs",
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct CacheKey {
+    pub table: Arc<TableId>,
+    pub snapshots: Snapshots,
+    /// Sorted, deduplicated, lower-cased modes; None when the header is absent.
+    pub delegation: Option<String>,
+    /// The view chain, each view as its decoded namespace parts and name.
+    pub referenced_by: Option<Vec<Vec<String>>>,
+    pub scope: Scope,
+}
+
+impl CacheKey {
+    /// The key of a loadTable request, or None when the request asks for something icecache
+    /// does not cache (an unknown query parameter or value: a catalog extension may change the
+    /// body, so such requests pass through).
+    pub fn for_load_table(
+        route: &Route,
+        query: Option<&str>,
+        headers: &HeaderMap,
+        separator: &str,
+        scope: Scope,
+    ) -> Option<CacheKey> {
+        let table = TableId {
+            prefix: route.prefix.clone(),
+            namespace: route.namespace.clone()?,
+            table: route.name.clone()?,
+        };
+        let mut snapshots = Snapshots::All;
+        let mut referenced_by = None;
+        for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+            let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+            match decode_component(name).ok()?.as_str() {
+                "snapshots" => {
+                    snapshots = match decode_component(value).ok()?.as_str() {
+                        "all" => Snapshots::All,
+                        "refs" => Snapshots::Refs,
+                        _ => return None,
+                    }
+                }
+                "referenced-by" => referenced_by = Some(canonical_view_chain(value, separator)?),
+                _ => return None,
+            }
+        }
+        Some(CacheKey {
+            table: Arc::new(table),
+            snapshots,
+            delegation: normalised_delegation(headers),
+            referenced_by,
+            scope,
+        })
+    }
+}
+
+fn canonical_view_chain(raw: &str, separator: &str) -> Option<Vec<Vec<String>>> {
+    // Commas separate views; a comma inside a name arrives as %2C and survives the split.
+    raw.split(',')
+        .map(|view| decode_namespace(view, separator).ok())
+        .collect()
+}
+
+/// `X-Iceberg-Access-Delegation` as a canonical set: order, case, spaces and repeats do not
+/// change what the catalog may vend.
+pub fn normalised_delegation(headers: &HeaderMap) -> Option<String> {
+    let mut modes: Vec<String> = Vec::new();
+    let mut present = false;
+    for value in headers.get_all(&ACCESS_DELEGATION) {
+        present = true;
+        let text = String::from_utf8_lossy(value.as_bytes());
+        modes.extend(
+            text.split(',')
+                .map(|m| m.trim().to_ascii_lowercase())
+                .filter(|m| !m.is_empty()),
+        );
+    }
+    if !present {
+        return None;
+    }
+    modes.sort();
+    modes.dedup();
+    Some(modes.join(","))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::identity::IdentityHasher;
+    use crate::route::classify;
+    use http::{HeaderValue, Method};
+    use proptest::prelude::*;
+
+    fn key(path_and_query: &str, headers: &HeaderMap) -> Option<CacheKey> {
+        let (path, query) = match path_and_query.split_once('?') {
+            Some((p, q)) => (p, Some(q)),
+            None => (path_and_query, None),
+        };
+        let route = classify(&Method::GET, path, "%1F").unwrap();
+        let scope = IdentityHasher::random().unwrap().scope(&HeaderMap::new());
+        CacheKey::for_load_table(&route, query, headers, "%1F", scope)
+    }
+
+    fn scope_free(
+        k: CacheKey,
+    ) -> (
+        Arc<TableId>,
+        Snapshots,
+        Option<String>,
+        Option<Vec<Vec<String>>>,
+    ) {
+        (k.table, k.snapshots, k.delegation, k.referenced_by)
+    }
+
+    #[test]
+    fn absent_snapshots_is_all() {
+        let h = HeaderMap::new();
+        let bare = scope_free(key("/v1/namespaces/db/tables/t", &h).unwrap());
+        let all = scope_free(key("/v1/namespaces/db/tables/t?snapshots=all", &h).unwrap());
+        let refs = scope_free(key("/v1/namespaces/db/tables/t?snapshots=refs", &h).unwrap());
+        assert_eq!(bare, all);
+        assert_ne!(all, refs);
+    }
+
+    #[test]
+    fn spellings_of_one_table_share_a_key() {
+        let h = HeaderMap::new();
+        let a = scope_free(key("/v1/p/namespaces/a%1Fb%20c/tables/my+t", &h).unwrap());
+        let b = scope_free(key("/v1/p/namespaces/a%1fb+c/tables/my%20t", &h).unwrap());
+        assert_eq!(a, b);
+    }
+
+    #[test]
+    fn delegation_modes_are_a_set() {
+        let mut one = HeaderMap::new();
+        one.insert(
+            &ACCESS_DELEGATION,
+            HeaderValue::from_static("remote-signing, Vended-Credentials"),
+        );
+        let mut two = HeaderMap::new();
+        two.insert(
+            &ACCESS_DELEGATION,
+            HeaderValue::from_static("vended-credentials,remote-signing,remote-signing"),
+        );
+        assert_eq!(normalised_delegation(&one), normalised_delegation(&two));
+        assert_eq!(normalised_delegation(&HeaderMap::new()), None);
+    }
+
+    #[test]
+    fn unknown_query_parameters_are_not_cached() {
+        assert!(key("/v1/namespaces/db/tables/t?x=1", &HeaderMap::new()).is_none());
+        assert!(key(
+            "/v1/namespaces/db/tables/t?snapshots=some",
+            &HeaderMap::new()
+        )
+        .is_none());
+    }
+
+    #[test]
+    fn referenced_by_is_canonical_and_ordered() {
+        let h = HeaderMap::new();
+        let a = key(
+            "/v1/namespaces/db/tables/t?referenced-by=prod%1Fv1,prod%1Fv2",
+            &h,
+        )
+        .unwrap();
+        let b = key(
+            "/v1/namespaces/db/tables/t?referenced-by=prod%1fv1,prod%1Fv2",
+            &h,
+        )
+        .unwrap();
+        let c = key(
+            "/v1/namespaces/db/tables/t?referenced-by=prod%1Fv2,prod%1Fv1",
+            &h,
+        )
+        .unwrap();
+        assert_eq!(a.referenced_by, b.referenced_by);
+        assert_ne!(a.referenced_by, c.referenced_by);
+        assert_ne!(a.referenced_by, None);
+    }
+
+    proptest! {
+        /// Whatever way a client percent-encodes the identifiers, it reaches the same entry.
+        #[test]
+        fn any_encoding_of_a_name_gives_one_key(
+            ns in proptest::collection::vec("[a-zA-Z0-9 _.-]{1,8}", 1..4),
+            table in "[a-zA-Z0-9 _.-]{1,12}",
+        ) {
+            let minimal = |s: &str| s.replace(' ', "+");
+            let full = |s: &str| percent_encoding::utf8_percent_encode(
+                s, percent_encoding::NON_ALPHANUMERIC).to_string();
+            let a = format!("/v1/namespaces/{}/tables/{}",
+                ns.iter().map(|p| minimal(p)).collect::<Vec<_>>().join("%1F"), minimal(&table));
+            let b = format!("/v1/namespaces/{}/tables/{}",
+                ns.iter().map(|p| full(p)).collect::<Vec<_>>().join("%1f"), full(&table));
+            let h = HeaderMap::new();
+            let ka = scope_free(key(&a, &h).unwrap());
+            let kb = scope_free(key(&b, &h).unwrap());
+            prop_assert_eq!(&ka, &kb);
+            prop_assert_eq!(&ka.0.namespace, &ns);
+        }
+    }
+}

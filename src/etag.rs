@@ -1,0 +1,154 @@
+//! icecache's own entity tags and `If-None-Match` evaluation (RFC 9110 §8.8.3 and §13.1.2).
+
+use http::HeaderValue;
+
+/// icecache's strong ETag of a served body: BLAKE3 over the representation's name and the exact
+/// bytes, so `snapshots=all` and `snapshots=refs` never share a tag even when their bodies agree.
+pub fn strong_etag(representation: &str, body: &[u8]) -> HeaderValue {
+    let mut hasher = blake3::Hasher::new();
+    hasher.update(representation.as_bytes());
+    hasher.update(&[0]);
+    hasher.update(body);
+    let hash = hasher.finalize();
+    let hex = hash.to_hex();
+    // 128 bits of the hash are plenty to tell versions apart and keep the header short.
+    let tag = format!("\"{}\"", &hex.as_str()[..32]);
+    HeaderValue::from_str(&tag).unwrap_or_else(|_| HeaderValue::from_static("\"\""))
+}
+
+/// Whether an `If-None-Match` field (all its lines) matches `current`, using the weak
+/// comparison the RFC prescribes for this header. A field that does not parse matches nothing,
+/// so it can only ever cost a full response, never a wrong 304.
+pub fn if_none_match_matches<'a>(
+    fields: impl IntoIterator<Item = &'a HeaderValue>,
+    current: &HeaderValue,
+) -> bool {
+    let current = opaque_tag(current.as_bytes());
+    fields.into_iter().any(|field| {
+        let Ok(text) = std::str::from_utf8(field.as_bytes()) else {
+            return false;
+        };
+        if text.trim() == "*" {
+            return true;
+        }
+        parse_list(text)
+            .map(|tags| tags.iter().any(|tag| Some(*tag) == current))
+            .unwrap_or(false)
+    })
+}
+
+/// The opaque part of an entity tag (`W/"x"` and `"x"` both give `x`), or None when the value is
+/// not an entity tag.
+fn opaque_tag(value: &[u8]) -> Option<&[u8]> {
+    let value = value.strip_prefix(b"W/").unwrap_or(value);
+    let inner = value.strip_prefix(b"\"")?.strip_suffix(b"\"")?;
+    inner
+        .iter()
+        .all(|&c| c == 0x21 || (0x23..=0x7e).contains(&c) || c >= 0x80)
+        .then_some(inner)
+}
+
+/// Parses `#entity-tag`: a comma-separated list, optional whitespace, empty elements allowed.
+fn parse_list(text: &str) -> Option<Vec<&[u8]>> {
+    let mut tags = Vec::new();
+    let bytes = text.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b' ' | b'\t' | b',' => i += 1,
+            _ => {
+                let start = i;
+                if bytes[i..].starts_with(b"W/") {
+                    i += 2;
+                }
+                if bytes.get(i) != Some(&b'"') {
+                    return None;
+                }
+                let close = bytes[i + 1..].iter().position(|&c| c == b'"')? + i + 1;
+                tags.push(opaque_tag(&bytes[start..=close])?);
+                i = close + 1;
+            }
+        }
+    }
+    Some(tags)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn hv(s: &str) -> HeaderValue {
+        HeaderValue::from_str(s).unwrap()
+    }
+
+    #[test]
+    fn exact_tag_matches() {
+        assert!(if_none_match_matches([&hv("\"abc\"")], &hv("\"abc\"")));
+    }
+
+    #[test]
+    fn weak_comparison_ignores_the_weak_flag() {
+        assert!(if_none_match_matches([&hv("W/\"abc\"")], &hv("\"abc\"")));
+    }
+
+    #[test]
+    fn any_member_of_a_list_matches() {
+        assert!(if_none_match_matches(
+            [&hv("\"x\", W/\"y\" ,\"abc\"")],
+            &hv("\"abc\"")
+        ));
+        assert!(if_none_match_matches(
+            [&hv("\"x\""), &hv("\"abc\"")],
+            &hv("\"abc\"")
+        ));
+    }
+
+    #[test]
+    fn star_matches_any_current_representation() {
+        assert!(if_none_match_matches([&hv("*")], &hv("\"abc\"")));
+    }
+
+    #[test]
+    fn other_or_malformed_tags_do_not_match() {
+        assert!(!if_none_match_matches([&hv("\"abd\"")], &hv("\"abc\"")));
+        assert!(!if_none_match_matches([&hv("abc")], &hv("\"abc\"")));
+        assert!(!if_none_match_matches([&hv("\"abc")], &hv("\"abc\"")));
+        assert!(!if_none_match_matches(
+            [&hv("\"abc\" junk")],
+            &hv("\"abc\"")
+        ));
+        assert!(!if_none_match_matches(std::iter::empty(), &hv("\"abc\"")));
+    }
+
+    #[test]
+    fn representations_get_distinct_tags_for_equal_bodies() {
+        assert_ne!(strong_etag("all", b"{}"), strong_etag("refs", b"{}"));
+        assert_eq!(strong_etag("all", b"{}"), strong_etag("all", b"{}"));
+        assert_ne!(strong_etag("all", b"{}"), strong_etag("all", b"{ }"));
+    }
+
+    proptest! {
+        #[test]
+        fn a_tag_always_matches_a_list_that_contains_it(
+            others in proptest::collection::vec("[a-z0-9]{1,12}", 0..5),
+            tag in "[a-z0-9]{1,12}",
+            weak in any::<bool>(),
+            at in 0usize..5,
+        ) {
+            let mut items: Vec<String> = others.iter().map(|o| format!("\"{o}\"")).collect();
+            let me = if weak { format!("W/\"{tag}\"") } else { format!("\"{tag}\"") };
+            items.insert(at.min(items.len()), me);
+            let field = hv(&items.join(", "));
+            prop_assert!(if_none_match_matches([&field], &hv(&format!("\"{tag}\""))));
+        }
+
+        #[test]
+        fn parsing_arbitrary_fields_never_panics_nor_matches_without_the_tag(field in "[ -~]{0,64}") {
+            if let Ok(v) = HeaderValue::from_str(&field) {
+                let matched = if_none_match_matches([&v], &hv("\"zzzzzzzz\""));
+                prop_assert!(!matched || field.contains("zzzzzzzz") || field.trim() == "*");
+            }
+        }
+    }
+}

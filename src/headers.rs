@@ -1,0 +1,95 @@
+//! Header rules of a reverse proxy: hop-by-hop headers stay on their hop, and the catalog learns
+//! who asked through `X-Forwarded-*`.
+
+use std::net::SocketAddr;
+
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+
+const HOP_BY_HOP: [HeaderName; 8] = [
+    header::CONNECTION,
+    HeaderName::from_static("keep-alive"),
+    header::PROXY_AUTHENTICATE,
+    header::PROXY_AUTHORIZATION,
+    header::TE,
+    header::TRAILER,
+    header::TRANSFER_ENCODING,
+    header::UPGRADE,
+];
+
+static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+static X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
+static X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
+
+/// Removes the hop-by-hop headers, including any that `Connection` names.
+pub fn remove_hop_by_hop(headers: &mut HeaderMap) {
+    let named: Vec<HeaderName> = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
+        .collect();
+    for name in named.iter().chain(HOP_BY_HOP.iter()) {
+        headers.remove(name);
+    }
+}
+
+/// Prepares a client's request headers for the upstream hop: hop-by-hop headers removed, the
+/// client's `Host` replaced by the upstream's (the HTTP client sets it from the URI) and kept in
+/// `X-Forwarded-Host`, the client's address appended to `X-Forwarded-For`.
+pub fn prepare_forwarded(headers: &mut HeaderMap, peer: SocketAddr, proto: &'static str) {
+    remove_hop_by_hop(headers);
+    if let Some(host) = headers.remove(header::HOST) {
+        if !headers.contains_key(&X_FORWARDED_HOST) {
+            headers.insert(X_FORWARDED_HOST.clone(), host);
+        }
+    }
+    let peer_ip = peer.ip().to_string();
+    let forwarded_for = match headers.get(&X_FORWARDED_FOR).and_then(|v| v.to_str().ok()) {
+        Some(existing) => format!("{existing}, {peer_ip}"),
+        None => peer_ip,
+    };
+    if let Ok(value) = HeaderValue::from_str(&forwarded_for) {
+        headers.insert(X_FORWARDED_FOR.clone(), value);
+    }
+    if !headers.contains_key(&X_FORWARDED_PROTO) {
+        headers.insert(X_FORWARDED_PROTO.clone(), HeaderValue::from_static(proto));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hop_by_hop_headers_and_those_connection_names_are_removed() {
+        let mut h = HeaderMap::new();
+        h.insert(
+            header::CONNECTION,
+            HeaderValue::from_static("keep-alive, x-secret-hop"),
+        );
+        h.insert("x-secret-hop", HeaderValue::from_static("1"));
+        h.insert(
+            header::TRANSFER_ENCODING,
+            HeaderValue::from_static("chunked"),
+        );
+        h.insert(header::AUTHORIZATION, HeaderValue::from_static("Bearer t"));
+        remove_hop_by_hop(&mut h);
+        assert!(h.get("x-secret-hop").is_none());
+        assert!(h.get(header::CONNECTION).is_none());
+        assert!(h.get(header::TRANSFER_ENCODING).is_none());
+        assert_eq!(h.get(header::AUTHORIZATION).unwrap(), "Bearer t");
+    }
+
+    #[test]
+    fn forwarded_headers_are_added_and_appended() {
+        let mut h = HeaderMap::new();
+        h.insert(header::HOST, HeaderValue::from_static("icecache:8181"));
+        h.insert("x-forwarded-for", HeaderValue::from_static("10.0.0.1"));
+        prepare_forwarded(&mut h, "127.0.0.1:5000".parse().unwrap(), "http");
+        assert_eq!(h.get("x-forwarded-for").unwrap(), "10.0.0.1, 127.0.0.1");
+        assert_eq!(h.get("x-forwarded-host").unwrap(), "icecache:8181");
+        assert_eq!(h.get("x-forwarded-proto").unwrap(), "http");
+        assert!(h.get(header::HOST).is_none());
+    }
+}

@@ -1,0 +1,81 @@
+use std::process::ExitCode;
+
+use clap::Parser;
+use icecache::config::{self, Cli, Command, Settings, EXIT_CONFIG};
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    if let Some(Command::CheckConfig { file }) = cli.command {
+        let checked = Settings::from_file(&file).and_then(|s| s.overlay(cli.settings).validate());
+        return match checked {
+            Ok(config) => {
+                print!(
+                    "{} is valid; effective settings:\n{}",
+                    file.display(),
+                    config.describe()
+                );
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("icecache: {e}");
+                ExitCode::from(EXIT_CONFIG as u8)
+            }
+        };
+    }
+    let config = match config::load(cli.settings) {
+        Ok(config) => config,
+        Err(e) => {
+            eprintln!("icecache: {e}");
+            return ExitCode::from(EXIT_CONFIG as u8);
+        }
+    };
+    icecache::logging::init(&config);
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("icecache: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    runtime.block_on(async {
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        tokio::spawn(async move {
+            wait_for_signal().await;
+            tracing::info!("shutdown signal received; draining");
+            let _ = stop.send(true);
+        });
+        match icecache::run(config, stopped).await {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("icecache: {e}");
+                ExitCode::FAILURE
+            }
+        }
+    })
+}
+
+async fn wait_for_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = ctrl_c => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = ctrl_c.await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = ctrl_c.await;
+    }
+}

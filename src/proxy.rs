@@ -1,0 +1,332 @@
+//! The Iceberg REST listener's request handler: classify, then serve loadTable from the cache,
+//! pass mutations through and invalidate what they touch, and stream everything else.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::header::{self, HeaderValue};
+use http::{Request, Response};
+use http_body_util::{BodyExt, Limited};
+use hyper::body::Incoming;
+use serde::Deserialize;
+use tokio::time::Instant;
+
+use crate::body::{full, stream, Body};
+use crate::cache::{CacheKey, CacheOutcome, FillRequest, Lookup, TableCache, TableId, X_CACHE};
+use crate::config::Config;
+use crate::error::ProxyError;
+use crate::headers::{prepare_forwarded, remove_hop_by_hop};
+use crate::identity::IdentityHasher;
+use crate::metrics::Metrics;
+use crate::route::{classify, Operation, Route};
+use crate::upstream::Upstream;
+
+/// Largest request body icecache reads to learn which tables a write names (rename,
+/// `transactions/commit`, create, register). Other bodies stream without a bound.
+const MAX_INSPECTED_BODY: usize = 64 << 20;
+
+pub struct AppState {
+    pub config: Config,
+    pub upstream: Arc<Upstream>,
+    pub metrics: Arc<Metrics>,
+    pub cache: Option<Arc<TableCache>>,
+    pub identity: IdentityHasher,
+}
+
+/// Handles one client request; every failure becomes an Iceberg error response.
+pub async fn handle(
+    state: Arc<AppState>,
+    request: Request<Incoming>,
+    peer: SocketAddr,
+) -> Result<Response<Body>, std::convert::Infallible> {
+    let started = Instant::now();
+    let method = request.method().clone();
+    let path = request.uri().path().to_owned();
+    let (operation, result) = match classify(&method, &path, &state.config.namespace_separator) {
+        Err(e) => (Operation::Other, Err(ProxyError::from(e))),
+        Ok(route) => (
+            route.operation,
+            dispatch(&state, route, request, peer).await,
+        ),
+    };
+    let (response, outcome) = match result {
+        Ok(answer) => answer,
+        Err(e) => (e.into_response(), None),
+    };
+    let status = response.status();
+    let outcome_label = outcome.map_or("NONE", CacheOutcome::as_str);
+    state
+        .metrics
+        .requests
+        .with_label_values(&[operation.as_str(), status.as_str(), outcome_label])
+        .inc();
+    let elapsed = started.elapsed();
+    state
+        .metrics
+        .request_duration
+        .with_label_values(&[operation.as_str()])
+        .observe(elapsed.as_secs_f64());
+    tracing::info!(
+        method = %method,
+        path = %path,
+        route = operation.as_str(),
+        status = status.as_u16(),
+        cache = outcome_label,
+        duration_ms = elapsed.as_secs_f64() * 1000.0,
+        "request"
+    );
+    Ok(response)
+}
+
+type Answer = (Response<Body>, Option<CacheOutcome>);
+
+async fn dispatch(
+    state: &AppState,
+    route: Route,
+    request: Request<Incoming>,
+    peer: SocketAddr,
+) -> Result<Answer, ProxyError> {
+    let operation = route.operation;
+    if operation == Operation::LoadTable {
+        if let Some(cache) = &state.cache {
+            return load_table(state, cache, route, request, peer).await;
+        }
+    }
+    if operation.is_mutation() {
+        if let Some(cache) = &state.cache {
+            return mutate(state, cache, route, request, peer).await;
+        }
+    }
+    let (parts, body) = request.into_parts();
+    let response = forward(state, operation, parts, stream(body), peer).await?;
+    Ok((response, None))
+}
+
+async fn load_table(
+    state: &AppState,
+    cache: &Arc<TableCache>,
+    route: Route,
+    request: Request<Incoming>,
+    peer: SocketAddr,
+) -> Result<Answer, ProxyError> {
+    let (parts, body) = request.into_parts();
+    let scope = state.identity.scope(&parts.headers);
+    let key = CacheKey::for_load_table(
+        &route,
+        parts.uri.query(),
+        &parts.headers,
+        &state.config.namespace_separator,
+        scope,
+    );
+    if let Some(key) = key {
+        let if_none_match: Vec<HeaderValue> = parts
+            .headers
+            .get_all(header::IF_NONE_MATCH)
+            .iter()
+            .cloned()
+            .collect();
+        let fill = fill_request(state, &parts, peer)?;
+        if let Lookup::Answer(response, outcome) = cache.load(key, fill, &if_none_match).await {
+            return Ok((response, Some(outcome)));
+        }
+    }
+    let mut response = forward(state, Operation::LoadTable, parts, stream(body), peer).await?;
+    response.headers_mut().insert(
+        X_CACHE.clone(),
+        HeaderValue::from_static(CacheOutcome::Bypass.as_str()),
+    );
+    Ok((response, Some(CacheOutcome::Bypass)))
+}
+
+fn fill_request(
+    state: &AppState,
+    parts: &http::request::Parts,
+    peer: SocketAddr,
+) -> Result<FillRequest, ProxyError> {
+    let mut headers = parts.headers.clone();
+    with_host(&mut headers, &parts.uri);
+    prepare_forwarded(&mut headers, peer, "http");
+    let uri = state.upstream.uri_for(path_and_query(&parts.uri))?;
+    Ok(FillRequest::new(uri, headers))
+}
+
+/// The tables (or namespace) a write may change.
+enum Touched {
+    Tables(Vec<TableId>),
+    Namespace(Vec<String>),
+    /// The write names tables icecache could not read from its body: everything may change.
+    Unknown,
+    Nothing,
+}
+
+async fn mutate(
+    state: &AppState,
+    cache: &TableCache,
+    route: Route,
+    request: Request<Incoming>,
+    peer: SocketAddr,
+) -> Result<Answer, ProxyError> {
+    let operation = route.operation;
+    let (parts, body) = request.into_parts();
+    let (body, touched) = if names_tables_in_body(operation) {
+        let bytes = Limited::new(body, MAX_INSPECTED_BODY)
+            .collect()
+            .await
+            .map_err(|e| ProxyError::RequestBody(e.to_string()))?
+            .to_bytes();
+        let touched = touched_from_body(&route, &bytes);
+        (full(bytes), touched)
+    } else {
+        (stream(body), touched_from_path(&route))
+    };
+    let result = forward(state, operation, parts, body, peer).await;
+    // Whatever the catalog answered, or failed to answer, the write may have happened
+    // (a 5xx or a timeout leaves the commit state unknown): invalidate before replying.
+    match &touched {
+        Touched::Tables(tables) => {
+            for table in tables {
+                cache.invalidate_table(table, operation);
+            }
+        }
+        Touched::Namespace(namespace) => {
+            cache.invalidate_namespace(route.prefix.as_deref(), namespace, operation)
+        }
+        Touched::Unknown => {
+            cache.purge_all();
+        }
+        Touched::Nothing => {}
+    }
+    Ok((result?, None))
+}
+
+fn names_tables_in_body(operation: Operation) -> bool {
+    matches!(
+        operation,
+        Operation::CreateTable
+            | Operation::RegisterTable
+            | Operation::RenameTable
+            | Operation::CommitTransaction
+    )
+}
+
+fn touched_from_path(route: &Route) -> Touched {
+    match route.operation {
+        Operation::UpdateTable | Operation::DropTable | Operation::UnregisterTable => {
+            match (&route.namespace, &route.name) {
+                (Some(namespace), Some(name)) => Touched::Tables(vec![TableId {
+                    prefix: route.prefix.clone(),
+                    namespace: namespace.clone(),
+                    table: name.clone(),
+                }]),
+                _ => Touched::Unknown,
+            }
+        }
+        Operation::DropNamespace => match &route.namespace {
+            Some(namespace) => Touched::Namespace(namespace.clone()),
+            None => Touched::Unknown,
+        },
+        _ => Touched::Nothing,
+    }
+}
+
+#[derive(Deserialize)]
+struct Identifier {
+    namespace: Vec<String>,
+    name: String,
+}
+
+#[derive(Deserialize)]
+struct NamedBody {
+    name: String,
+}
+
+#[derive(Deserialize)]
+struct RenameBody {
+    source: Identifier,
+    destination: Identifier,
+}
+
+#[derive(Deserialize)]
+struct TableChange {
+    identifier: Identifier,
+}
+
+#[derive(Deserialize)]
+struct TransactionBody {
+    #[serde(rename = "table-changes")]
+    table_changes: Vec<TableChange>,
+}
+
+fn touched_from_body(route: &Route, body: &Bytes) -> Touched {
+    let table = |identifier: Identifier| TableId {
+        prefix: route.prefix.clone(),
+        namespace: identifier.namespace,
+        table: identifier.name,
+    };
+    let parsed =
+        match route.operation {
+            Operation::CreateTable | Operation::RegisterTable => {
+                serde_json::from_slice::<NamedBody>(body)
+                    .ok()
+                    .zip(route.namespace.clone())
+                    .map(|(b, namespace)| {
+                        vec![table(Identifier {
+                            namespace,
+                            name: b.name,
+                        })]
+                    })
+            }
+            Operation::RenameTable => serde_json::from_slice::<RenameBody>(body)
+                .ok()
+                .map(|b| vec![table(b.source), table(b.destination)]),
+            Operation::CommitTransaction => serde_json::from_slice::<TransactionBody>(body)
+                .ok()
+                .map(|b| {
+                    b.table_changes
+                        .into_iter()
+                        .map(|c| table(c.identifier))
+                        .collect()
+                }),
+            _ => None,
+        };
+    parsed.map_or(Touched::Unknown, Touched::Tables)
+}
+
+fn path_and_query(uri: &http::Uri) -> &str {
+    uri.path_and_query().map_or("/", |pq| pq.as_str())
+}
+
+/// HTTP/2 requests carry the host in `:authority`; the catalog learns it the same way as for
+/// HTTP/1.1 requests, through `X-Forwarded-Host`.
+fn with_host(headers: &mut http::HeaderMap, uri: &http::Uri) {
+    if !headers.contains_key(header::HOST) {
+        if let Some(value) = uri
+            .authority()
+            .and_then(|a| HeaderValue::from_str(a.as_str()).ok())
+        {
+            headers.insert(header::HOST, value);
+        }
+    }
+}
+
+/// Streams a request to the catalog and its response back, both bodies unbuffered.
+async fn forward(
+    state: &AppState,
+    operation: Operation,
+    mut parts: http::request::Parts,
+    body: Body,
+    peer: SocketAddr,
+) -> Result<Response<Body>, ProxyError> {
+    with_host(&mut parts.headers, &parts.uri);
+    prepare_forwarded(&mut parts.headers, peer, "http");
+    parts.uri = state.upstream.uri_for(path_and_query(&parts.uri))?;
+    parts.version = http::Version::HTTP_11;
+    let response = state
+        .upstream
+        .send(operation, Request::from_parts(parts, body))
+        .await?;
+    let (mut parts, body) = response.into_parts();
+    remove_hop_by_hop(&mut parts.headers);
+    Ok(Response::from_parts(parts, stream(body)))
+}

@@ -1,0 +1,492 @@
+//! Names the Iceberg REST operation a request is for, and decodes the identifiers in its path.
+//!
+//! Only what icecache treats specially needs a name; everything else is `Other` and passes
+//! through untouched. `{prefix}` is optional in every route (clients of a catalog without a
+//! prefix build `/v1/namespaces/...`).
+
+use http::Method;
+use thiserror::Error;
+
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum RouteError {
+    #[error("malformed percent-encoding in path segment {segment:?}")]
+    BadPercentEncoding { segment: String },
+    #[error("path segment {segment:?} does not decode to UTF-8")]
+    InvalidUtf8 { segment: String },
+    #[error("empty namespace or name in path")]
+    EmptyIdentifier,
+}
+
+macro_rules! operations {
+    ($($variant:ident => $label:literal),+ $(,)?) => {
+        /// An Iceberg REST operation, named as its `operationId` in the spec (snake case).
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum Operation { $($variant),+ }
+
+        impl Operation {
+            /// The metrics label and log name; bounded by construction.
+            pub fn as_str(self) -> &'static str {
+                match self { $(Operation::$variant => $label),+ }
+            }
+
+            pub const ALL: &'static [Operation] = &[$(Operation::$variant),+];
+        }
+    };
+}
+
+operations! {
+    Config => "config",
+    OAuthTokens => "oauth_tokens",
+    ListNamespaces => "list_namespaces",
+    CreateNamespace => "create_namespace",
+    LoadNamespace => "load_namespace",
+    NamespaceExists => "namespace_exists",
+    DropNamespace => "drop_namespace",
+    UpdateNamespaceProperties => "update_namespace_properties",
+    ListTables => "list_tables",
+    CreateTable => "create_table",
+    RegisterTable => "register_table",
+    LoadTable => "load_table",
+    UpdateTable => "update_table",
+    DropTable => "drop_table",
+    TableExists => "table_exists",
+    UnregisterTable => "unregister_table",
+    LoadCredentials => "load_credentials",
+    SignRequest => "sign_request",
+    ReportMetrics => "report_metrics",
+    PlanTableScan => "plan_table_scan",
+    FetchPlanningResult => "fetch_planning_result",
+    CancelPlanning => "cancel_planning",
+    FetchScanTasks => "fetch_scan_tasks",
+    RenameTable => "rename_table",
+    CommitTransaction => "commit_transaction",
+    ListViews => "list_views",
+    CreateView => "create_view",
+    LoadView => "load_view",
+    ReplaceView => "replace_view",
+    DropView => "drop_view",
+    ViewExists => "view_exists",
+    RenameView => "rename_view",
+    RegisterView => "register_view",
+    ListFunctions => "list_functions",
+    LoadFunction => "load_function",
+    Other => "other",
+}
+
+impl Operation {
+    /// Operations after which cached tables may no longer be current.
+    pub fn is_mutation(self) -> bool {
+        use Operation::*;
+        matches!(
+            self,
+            CreateNamespace
+                | DropNamespace
+                | UpdateNamespaceProperties
+                | CreateTable
+                | RegisterTable
+                | UpdateTable
+                | DropTable
+                | UnregisterTable
+                | RenameTable
+                | CommitTransaction
+                | CreateView
+                | ReplaceView
+                | DropView
+                | RenameView
+                | RegisterView
+        )
+    }
+}
+
+/// A classified request: the operation and the decoded identifiers its path names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Route {
+    pub operation: Operation,
+    pub prefix: Option<String>,
+    pub namespace: Option<Vec<String>>,
+    /// The table, view or function named by the path, when it names one.
+    pub name: Option<String>,
+}
+
+impl Route {
+    fn other() -> Self {
+        Route {
+            operation: Operation::Other,
+            prefix: None,
+            namespace: None,
+            name: None,
+        }
+    }
+}
+
+/// Classifies `path` (still percent-encoded, without the query) for `method`.
+///
+/// `separator` is the namespace separator the catalog advertises, in its URL-encoded form;
+/// `%1F` is always accepted as well, as the spec requires of servers.
+pub fn classify(method: &Method, path: &str, separator: &str) -> Result<Route, RouteError> {
+    let Some(rest) = path.strip_prefix("/v1/") else {
+        return Ok(Route::other());
+    };
+    let segments: Vec<&str> = rest.split('/').collect();
+    match segments.as_slice() {
+        ["config"] if method == Method::GET => return Ok(named(Operation::Config)),
+        ["oauth", "tokens"] if method == Method::POST => return Ok(named(Operation::OAuthTokens)),
+        _ => {}
+    }
+    if let Some(route) = classify_catalog_path(method, None, &segments, separator)? {
+        return Ok(route);
+    }
+    if let [prefix, rest @ ..] = segments.as_slice() {
+        if !prefix.is_empty() {
+            if let Some(route) = classify_catalog_path(method, Some(prefix), rest, separator)? {
+                return Ok(route);
+            }
+        }
+    }
+    Ok(Route::other())
+}
+
+fn named(operation: Operation) -> Route {
+    Route {
+        operation,
+        ..Route::other()
+    }
+}
+
+fn classify_catalog_path(
+    method: &Method,
+    prefix: Option<&str>,
+    segments: &[&str],
+    separator: &str,
+) -> Result<Option<Route>, RouteError> {
+    use Operation::*;
+    let m = method;
+    let (operation, namespace, name) = match segments {
+        ["namespaces"] if m == Method::GET => (ListNamespaces, None, None),
+        ["namespaces"] if m == Method::POST => (CreateNamespace, None, None),
+        ["tables", "rename"] if m == Method::POST => (RenameTable, None, None),
+        ["views", "rename"] if m == Method::POST => (RenameView, None, None),
+        ["transactions", "commit"] if m == Method::POST => (CommitTransaction, None, None),
+        ["namespaces", ns] => match *m {
+            Method::GET => (LoadNamespace, Some(*ns), None),
+            Method::HEAD => (NamespaceExists, Some(*ns), None),
+            Method::DELETE => (DropNamespace, Some(*ns), None),
+            _ => return Ok(None),
+        },
+        ["namespaces", ns, "properties"] if m == Method::POST => {
+            (UpdateNamespaceProperties, Some(*ns), None)
+        }
+        ["namespaces", ns, "tables"] if m == Method::GET => (ListTables, Some(*ns), None),
+        ["namespaces", ns, "tables"] if m == Method::POST => (CreateTable, Some(*ns), None),
+        ["namespaces", ns, "register"] if m == Method::POST => (RegisterTable, Some(*ns), None),
+        ["namespaces", ns, "register-view"] if m == Method::POST => (RegisterView, Some(*ns), None),
+        ["namespaces", ns, "views"] if m == Method::GET => (ListViews, Some(*ns), None),
+        ["namespaces", ns, "views"] if m == Method::POST => (CreateView, Some(*ns), None),
+        ["namespaces", ns, "functions"] if m == Method::GET => (ListFunctions, Some(*ns), None),
+        ["namespaces", ns, "functions", f] if m == Method::GET => {
+            (LoadFunction, Some(*ns), Some(*f))
+        }
+        ["namespaces", ns, "tables", t] => match *m {
+            Method::GET => (LoadTable, Some(*ns), Some(*t)),
+            Method::POST => (UpdateTable, Some(*ns), Some(*t)),
+            Method::DELETE => (DropTable, Some(*ns), Some(*t)),
+            Method::HEAD => (TableExists, Some(*ns), Some(*t)),
+            _ => return Ok(None),
+        },
+        ["namespaces", ns, "tables", t, action] => {
+            let operation = match (*action, m) {
+                ("unregister", &Method::POST) => UnregisterTable,
+                ("credentials", &Method::GET) => LoadCredentials,
+                ("sign", &Method::POST) => SignRequest,
+                ("metrics", &Method::POST) => ReportMetrics,
+                ("plan", &Method::POST) => PlanTableScan,
+                ("tasks", &Method::POST) => FetchScanTasks,
+                _ => return Ok(None),
+            };
+            (operation, Some(*ns), Some(*t))
+        }
+        ["namespaces", ns, "tables", t, "plan", _plan_id] => match *m {
+            Method::GET => (FetchPlanningResult, Some(*ns), Some(*t)),
+            Method::DELETE => (CancelPlanning, Some(*ns), Some(*t)),
+            _ => return Ok(None),
+        },
+        ["namespaces", ns, "views", v] => match *m {
+            Method::GET => (LoadView, Some(*ns), Some(*v)),
+            Method::POST => (ReplaceView, Some(*ns), Some(*v)),
+            Method::DELETE => (DropView, Some(*ns), Some(*v)),
+            Method::HEAD => (ViewExists, Some(*ns), Some(*v)),
+            _ => return Ok(None),
+        },
+        _ => return Ok(None),
+    };
+    Ok(Some(Route {
+        operation,
+        prefix: prefix.map(decode_component).transpose()?,
+        namespace: namespace
+            .map(|raw| decode_namespace(raw, separator))
+            .transpose()?,
+        name: name.map(decode_identifier).transpose()?,
+    }))
+}
+
+/// Splits a namespace path parameter into its decoded parts: on `%1F` and on the advertised
+/// separator, then percent-decodes each part.
+pub fn decode_namespace(raw: &str, separator: &str) -> Result<Vec<String>, RouteError> {
+    let mut parts = Vec::new();
+    for unit_part in split_ignore_ascii_case(raw, "%1F") {
+        for part in split_ignore_ascii_case(unit_part, separator) {
+            parts.push(decode_identifier(part)?);
+        }
+    }
+    Ok(parts)
+}
+
+fn decode_identifier(raw: &str) -> Result<String, RouteError> {
+    let decoded = decode_component(raw)?;
+    if decoded.is_empty() {
+        return Err(RouteError::EmptyIdentifier);
+    }
+    Ok(decoded)
+}
+
+fn split_ignore_ascii_case<'a>(haystack: &'a str, needle: &str) -> Vec<&'a str> {
+    if needle.is_empty() {
+        return vec![haystack];
+    }
+    let bytes = haystack.as_bytes();
+    let n = needle.as_bytes();
+    let mut parts = Vec::new();
+    let mut start = 0;
+    let mut i = 0;
+    while i + n.len() <= bytes.len() {
+        if bytes[i..i + n.len()].eq_ignore_ascii_case(n) {
+            parts.push(&haystack[start..i]);
+            i += n.len();
+            start = i;
+        } else {
+            i += 1;
+        }
+    }
+    parts.push(&haystack[start..]);
+    parts
+}
+
+/// Strict percent-decoding of one path segment: `%` must be followed by two hex digits, and
+/// `+` is a space (the Java client form-encodes names, pyiceberg writes `%20`).
+pub fn decode_component(raw: &str) -> Result<String, RouteError> {
+    let bytes = raw.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'%' => {
+                let hex = bytes.get(i + 1..i + 3).and_then(|h| {
+                    let hi = (h[0] as char).to_digit(16)?;
+                    let lo = (h[1] as char).to_digit(16)?;
+                    Some((hi * 16 + lo) as u8)
+                });
+                let Some(byte) = hex else {
+                    return Err(RouteError::BadPercentEncoding {
+                        segment: raw.to_owned(),
+                    });
+                };
+                out.push(byte);
+                i += 3;
+            }
+            b'+' => {
+                out.push(b' ');
+                i += 1;
+            }
+            other => {
+                out.push(other);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8(out).map_err(|_| RouteError::InvalidUtf8 {
+        segment: raw.to_owned(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SEP: &str = "%1F";
+
+    fn route(method: Method, path: &str) -> Route {
+        classify(&method, path, SEP).expect("classifies")
+    }
+
+    fn ns(parts: &[&str]) -> Option<Vec<String>> {
+        Some(parts.iter().map(|p| p.to_string()).collect())
+    }
+
+    /// Every path template and method of the spec, with and without `{prefix}`.
+    #[test]
+    fn every_spec_operation_is_named_with_and_without_prefix() {
+        use Operation::*;
+        let cases: &[(Method, &str, Operation)] = &[
+            (Method::GET, "namespaces", ListNamespaces),
+            (Method::POST, "namespaces", CreateNamespace),
+            (Method::GET, "namespaces/db", LoadNamespace),
+            (Method::HEAD, "namespaces/db", NamespaceExists),
+            (Method::DELETE, "namespaces/db", DropNamespace),
+            (
+                Method::POST,
+                "namespaces/db/properties",
+                UpdateNamespaceProperties,
+            ),
+            (Method::GET, "namespaces/db/tables", ListTables),
+            (Method::POST, "namespaces/db/tables", CreateTable),
+            (Method::GET, "namespaces/db/functions", ListFunctions),
+            (Method::GET, "namespaces/db/functions/f", LoadFunction),
+            (Method::POST, "namespaces/db/tables/t/plan", PlanTableScan),
+            (
+                Method::GET,
+                "namespaces/db/tables/t/plan/p1",
+                FetchPlanningResult,
+            ),
+            (
+                Method::DELETE,
+                "namespaces/db/tables/t/plan/p1",
+                CancelPlanning,
+            ),
+            (Method::POST, "namespaces/db/tables/t/tasks", FetchScanTasks),
+            (Method::POST, "namespaces/db/register", RegisterTable),
+            (Method::GET, "namespaces/db/tables/t", LoadTable),
+            (Method::POST, "namespaces/db/tables/t", UpdateTable),
+            (Method::DELETE, "namespaces/db/tables/t", DropTable),
+            (Method::HEAD, "namespaces/db/tables/t", TableExists),
+            (
+                Method::POST,
+                "namespaces/db/tables/t/unregister",
+                UnregisterTable,
+            ),
+            (
+                Method::GET,
+                "namespaces/db/tables/t/credentials",
+                LoadCredentials,
+            ),
+            (Method::POST, "namespaces/db/tables/t/sign", SignRequest),
+            (Method::POST, "tables/rename", RenameTable),
+            (
+                Method::POST,
+                "namespaces/db/tables/t/metrics",
+                ReportMetrics,
+            ),
+            (Method::POST, "transactions/commit", CommitTransaction),
+            (Method::GET, "namespaces/db/views", ListViews),
+            (Method::POST, "namespaces/db/views", CreateView),
+            (Method::GET, "namespaces/db/views/v", LoadView),
+            (Method::POST, "namespaces/db/views/v", ReplaceView),
+            (Method::DELETE, "namespaces/db/views/v", DropView),
+            (Method::HEAD, "namespaces/db/views/v", ViewExists),
+            (Method::POST, "views/rename", RenameView),
+            (Method::POST, "namespaces/db/register-view", RegisterView),
+        ];
+        for (method, tail, expected) in cases {
+            let bare = route(method.clone(), &format!("/v1/{tail}"));
+            assert_eq!(bare.operation, *expected, "{method} /v1/{tail}");
+            assert_eq!(bare.prefix, None, "{method} /v1/{tail}");
+            let prefixed = route(method.clone(), &format!("/v1/warehouse/{tail}"));
+            assert_eq!(
+                prefixed.operation, *expected,
+                "{method} /v1/warehouse/{tail}"
+            );
+            assert_eq!(prefixed.prefix.as_deref(), Some("warehouse"));
+        }
+        assert_eq!(route(Method::GET, "/v1/config").operation, Config);
+        assert_eq!(
+            route(Method::POST, "/v1/oauth/tokens").operation,
+            OAuthTokens
+        );
+    }
+
+    #[test]
+    fn load_table_names_its_namespace_and_table() {
+        let r = route(Method::GET, "/v1/warehouse/namespaces/db/tables/events");
+        assert_eq!(r.namespace, ns(&["db"]));
+        assert_eq!(r.name.as_deref(), Some("events"));
+    }
+
+    #[test]
+    fn unknown_paths_and_methods_are_other() {
+        for (m, p) in [
+            (Method::GET, "/healthz"),
+            (Method::GET, "/v2/namespaces"),
+            (Method::PUT, "/v1/namespaces/db/tables/t"),
+            (
+                Method::GET,
+                "/v1/warehouse/namespaces/db/tables/t/extra/deep",
+            ),
+            (Method::PATCH, "/v1/config"),
+        ] {
+            assert_eq!(route(m, p).operation, Operation::Other, "{p}");
+        }
+    }
+
+    #[test]
+    fn multipart_namespace_splits_on_unit_separator_in_either_case() {
+        let upper = route(Method::GET, "/v1/namespaces/a%1Fb%1fc/tables/t");
+        assert_eq!(upper.namespace, ns(&["a", "b", "c"]));
+    }
+
+    #[test]
+    fn multipart_namespace_splits_on_advertised_separator_too() {
+        let r = classify(&Method::GET, "/v1/namespaces/a%2Eb%1Fc/tables/t", "%2E").unwrap();
+        assert_eq!(r.namespace, ns(&["a", "b", "c"]));
+    }
+
+    #[test]
+    fn plus_and_percent_twenty_are_both_a_space() {
+        let java = route(Method::GET, "/v1/namespaces/my+db/tables/my+table");
+        let python = route(Method::GET, "/v1/namespaces/my%20db/tables/my%20table");
+        assert_eq!(java, python);
+        assert_eq!(java.name.as_deref(), Some("my table"));
+    }
+
+    #[test]
+    fn bad_percent_encoding_is_an_error() {
+        let err = classify(&Method::GET, "/v1/namespaces/db/tables/a%zz", SEP).unwrap_err();
+        assert!(matches!(err, RouteError::BadPercentEncoding { .. }));
+        let err = classify(&Method::GET, "/v1/namespaces/db/tables/a%2", SEP).unwrap_err();
+        assert!(matches!(err, RouteError::BadPercentEncoding { .. }));
+    }
+
+    #[test]
+    fn invalid_utf8_is_an_error() {
+        let err = classify(&Method::GET, "/v1/namespaces/db/tables/%FF%FE", SEP).unwrap_err();
+        assert!(matches!(err, RouteError::InvalidUtf8 { .. }));
+    }
+
+    #[test]
+    fn empty_table_name_is_an_error() {
+        let err = classify(&Method::GET, "/v1/namespaces/db/tables/", SEP).unwrap_err();
+        assert_eq!(err, RouteError::EmptyIdentifier);
+    }
+
+    #[test]
+    fn mutations_are_the_writes() {
+        assert!(Operation::UpdateTable.is_mutation());
+        assert!(Operation::CommitTransaction.is_mutation());
+        assert!(!Operation::LoadTable.is_mutation());
+        assert!(!Operation::LoadCredentials.is_mutation());
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn classify_never_panics(path in "/v1/[ -~]{0,80}") {
+            let _ = classify(&Method::GET, &path, SEP);
+        }
+
+        #[test]
+        fn encoded_names_round_trip(name in "\\PC{1,20}") {
+            let encoded: String = percent_encoding::utf8_percent_encode(
+                &name, percent_encoding::NON_ALPHANUMERIC).to_string();
+            let r = classify(&Method::GET, &format!("/v1/namespaces/db/tables/{encoded}"), SEP)
+                .unwrap();
+            proptest::prop_assert_eq!(r.name, Some(name));
+        }
+    }
+}
