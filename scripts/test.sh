@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# The whole test suite, from a fresh clone: installs what the tests need (a Python virtual
+# environment with the SeaweedFS Iceberg REST catalog and pyiceberg; promtool), starts the real
+# catalog once on loopback, runs `cargo test`, and stops what it started.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+
+bash scripts/test-env.sh
+if ! command -v promtool >/dev/null 2>&1; then
+  echo "test.sh: installing promtool (Debian package prometheus)"
+  if [ "$(id -u)" = 0 ]; then sudo=""; else sudo="sudo"; fi
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends prometheus >/dev/null
+fi
+
+catalog_port=8181
+if (exec 3<>"/dev/tcp/127.0.0.1/$catalog_port") 2>/dev/null; then
+  echo "test.sh: port $catalog_port is taken; SeaweedFS needs it (stop what holds it)" >&2
+  exit 1
+fi
+work=$(mktemp -d)
+catalog_pid=""
+cleanup() {
+  if [ -n "$catalog_pid" ]; then
+    kill "$catalog_pid" 2>/dev/null || true
+    wait "$catalog_pid" 2>/dev/null || true
+  fi
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+AWS_ACCESS_KEY_ID=admin AWS_SECRET_ACCESS_KEY=adminsecret \
+  "$root/.test-env/venv/bin/weed" mini -dir="$work/data" -ip=127.0.0.1 -ip.bind=127.0.0.1 \
+  -tableBucket=warehouse -admin.ui=false -webdav=false -s3.port.lance=0 \
+  -master.telemetry=false >"$work/catalog.log" 2>&1 &
+catalog_pid=$!
+ready() {
+  local token
+  token=$(curl -sf -X POST "http://127.0.0.1:$catalog_port/v1/oauth/tokens" \
+    -d 'grant_type=client_credentials&client_id=admin&client_secret=adminsecret' 2>/dev/null |
+    sed -n 's/.*"access_token":"\([^"]*\)".*/\1/p') || return 1
+  # The table bucket appears a moment after the REST port answers.
+  [ -n "$token" ] && curl -sf -H "Authorization: Bearer $token" \
+    "http://127.0.0.1:$catalog_port/v1/warehouse/namespaces" >/dev/null 2>&1
+}
+for _ in $(seq 1 120); do
+  if ready; then break; fi
+  if ! kill -0 "$catalog_pid" 2>/dev/null; then
+    echo "test.sh: SeaweedFS exited; its log:" >&2; cat "$work/catalog.log" >&2; exit 1
+  fi
+  sleep 0.5
+done
+ready || {
+  echo "test.sh: SeaweedFS did not start; its log:" >&2; cat "$work/catalog.log" >&2; exit 1; }
+
+export ICECACHE_TEST_CATALOG="http://127.0.0.1:$catalog_port"
+export ICECACHE_TEST_S3="http://127.0.0.1:8333"
+cargo test --locked "$@"

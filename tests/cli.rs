@@ -1,0 +1,169 @@
+//! The command line: defaults, `check-config`, and exit code 64 for a bad configuration.
+
+use std::io::Write;
+use std::process::{Command, Output};
+
+fn icecache(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_icecache"))
+        .args(args)
+        .env_remove("ICECACHE_CONFIG")
+        .env_remove("ICECACHE_UPSTREAM")
+        .output()
+        .expect("icecache runs")
+}
+
+fn config_file(text: &str) -> tempfile_path::TempPath {
+    tempfile_path::write(text)
+}
+
+/// A config file that removes itself.
+mod tempfile_path {
+    use super::*;
+
+    pub struct TempPath(pub std::path::PathBuf);
+
+    impl Drop for TempPath {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(&self.0);
+        }
+    }
+
+    pub fn write(text: &str) -> TempPath {
+        static COUNTER: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let path = std::env::temp_dir().join(format!(
+            "icecache-test-{}-{}.toml",
+            std::process::id(),
+            COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        ));
+        std::fs::File::create(&path)
+            .and_then(|mut f| f.write_all(text.as_bytes()))
+            .expect("config file written");
+        TempPath(path)
+    }
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+#[test]
+fn check_config_accepts_a_valid_file_and_prints_the_effective_settings() {
+    let file = config_file(
+        "upstream = \"http://gravitino:9001/iceberg\"\nadmin_token = \"s3cret\"\n\
+         [cache]\nfresh_for = \"2s\"\nmax_bytes = \"64MiB\"\n",
+    );
+    let output = icecache(&["check-config", file.0.to_str().unwrap()]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        stdout.contains("upstream = http://gravitino:9001/iceberg"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("cache.fresh_for = 2s"), "{stdout}");
+    assert!(stdout.contains("cache.max_bytes = 67108864"), "{stdout}");
+    assert!(
+        !stdout.contains("s3cret"),
+        "the admin token must not be printed: {stdout}"
+    );
+}
+
+#[test]
+fn check_config_refuses_a_bad_value_with_exit_64_naming_the_key() {
+    let file = config_file("upstream = \"http://a:1\"\n[cache]\nstale_if_error = \"often\"\n");
+    let output = icecache(&["check-config", file.0.to_str().unwrap()]);
+    assert_eq!(output.status.code(), Some(64));
+    let err = stderr(&output);
+    assert!(
+        err.contains("cache.stale_if_error") && err.contains("5s"),
+        "{err}"
+    );
+}
+
+#[test]
+fn check_config_refuses_an_unknown_key_with_exit_64() {
+    let file = config_file("upstream = \"http://a:1\"\nfresh_for = \"5s\"\n");
+    let output = icecache(&["check-config", file.0.to_str().unwrap()]);
+    assert_eq!(output.status.code(), Some(64));
+    assert!(stderr(&output).contains("fresh_for"), "{}", stderr(&output));
+}
+
+#[test]
+fn check_config_refuses_an_https_or_malformed_upstream() {
+    for upstream in ["https://catalog:8443", "not a url", "ftp://catalog"] {
+        let file = config_file(&format!("upstream = \"{upstream}\"\n"));
+        let output = icecache(&["check-config", file.0.to_str().unwrap()]);
+        assert_eq!(output.status.code(), Some(64), "{upstream}");
+        assert!(
+            stderr(&output).contains("`upstream`"),
+            "{}",
+            stderr(&output)
+        );
+    }
+}
+
+#[test]
+fn check_config_of_a_missing_file_exits_64() {
+    let output = icecache(&["check-config", "/nonexistent/icecache.toml"]);
+    assert_eq!(output.status.code(), Some(64));
+    assert!(stderr(&output).contains("/nonexistent/icecache.toml"));
+}
+
+#[test]
+fn running_without_an_upstream_exits_64_before_binding() {
+    let output = icecache(&["--listen", "127.0.0.1:1"]);
+    assert_eq!(output.status.code(), Some(64));
+    assert!(
+        stderr(&output).contains("--upstream"),
+        "{}",
+        stderr(&output)
+    );
+}
+
+#[test]
+fn a_bad_flag_value_exits_64() {
+    let output = icecache(&["--upstream", "http://a:1", "--listen", "nowhere"]);
+    assert_eq!(output.status.code(), Some(64));
+    assert!(stderr(&output).contains("`listen`"), "{}", stderr(&output));
+}
+
+#[test]
+fn environment_variables_set_keys() {
+    let file = config_file("upstream = \"http://a:1\"\n");
+    let output = Command::new(env!("CARGO_BIN_EXE_icecache"))
+        .args(["check-config", file.0.to_str().unwrap()])
+        .env("ICECACHE_FRESH_FOR", "7s")
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert!(String::from_utf8_lossy(&output.stdout).contains("cache.fresh_for = 7s"));
+}
+
+#[test]
+fn help_explains_every_option() {
+    let output = icecache(&["--help"]);
+    let help = String::from_utf8_lossy(&output.stdout);
+    for flag in [
+        "--upstream",
+        "--listen",
+        "--admin-listen",
+        "--config",
+        "--log-format",
+        "--connect-timeout",
+        "--request-timeout",
+        "--header-read-timeout",
+        "--max-header-bytes",
+        "--max-connections",
+        "--shutdown-grace",
+        "--namespace-separator",
+        "--admin-token",
+        "--cache-enabled",
+        "--cache-max-bytes",
+        "--cache-max-entry-bytes",
+        "--fresh-for",
+        "--stale-while-revalidate",
+        "--stale-if-error",
+        "check-config",
+    ] {
+        assert!(help.contains(flag), "--help does not mention {flag}");
+    }
+}

@@ -1,0 +1,274 @@
+//! Test harness: the real catalog that `scripts/test.sh` started, a real icecache process, a
+//! counting relay between them, and pyiceberg.
+#![allow(dead_code)] // each test binary uses a different part of the harness
+
+pub mod relay;
+
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+/// The SeaweedFS Iceberg REST catalog started by `scripts/test.sh`.
+pub fn catalog() -> String {
+    std::env::var("ICECACHE_TEST_CATALOG").unwrap_or_else(|_| {
+        panic!(
+            "ICECACHE_TEST_CATALOG is not set: run the suite with ./scripts/test.sh, which \
+             installs and starts the real catalog these tests need"
+        )
+    })
+}
+
+pub const PREFIX: &str = "warehouse";
+
+/// A free loopback port (SeaweedFS holds several fixed ones; the OS picks one it does not).
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+/// A name no other test (or earlier run against the same catalog) uses.
+pub fn unique(stem: &str) -> String {
+    static COUNTER: AtomicU32 = AtomicU32::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    format!(
+        "{stem}_{}_{}_{}",
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::Relaxed),
+        nanos % 100_000
+    )
+}
+
+/// A running icecache process, killed when dropped.
+pub struct Icecache {
+    child: Child,
+    pub url: String,
+    pub admin: String,
+}
+
+impl Icecache {
+    /// Starts icecache in front of `upstream` with extra flags, and waits until it serves.
+    pub async fn start(upstream: &str, extra: &[&str]) -> Icecache {
+        let listen = format!("127.0.0.1:{}", free_port());
+        let admin = format!("127.0.0.1:{}", free_port());
+        let mut command = Command::new(env!("CARGO_BIN_EXE_icecache"));
+        command
+            .args([
+                "--upstream",
+                upstream,
+                "--listen",
+                &listen,
+                "--admin-listen",
+                &admin,
+            ])
+            .args(extra)
+            .env_remove("ICECACHE_CONFIG")
+            .stdout(Stdio::null())
+            .stderr(if std::env::var_os("ICECACHE_TEST_LOGS").is_some() {
+                Stdio::inherit()
+            } else {
+                Stdio::null()
+            });
+        let child = command.spawn().expect("icecache starts");
+        let icecache = Icecache {
+            child,
+            url: format!("http://{listen}"),
+            admin: format!("http://{admin}"),
+        };
+        let client = reqwest::Client::new();
+        for _ in 0..200 {
+            if let Ok(r) = client
+                .get(format!("{}/healthz", icecache.admin))
+                .send()
+                .await
+            {
+                if r.status().is_success() {
+                    return icecache;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        panic!("icecache did not become healthy on {listen}");
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// The catalog-facing base URL with the warehouse prefix.
+    pub fn api(&self) -> String {
+        format!("{}/v1/{PREFIX}", self.url)
+    }
+
+    pub async fn metrics(&self) -> String {
+        reqwest::get(format!("{}/metrics", self.admin))
+            .await
+            .expect("metrics answer")
+            .text()
+            .await
+            .expect("metrics text")
+    }
+
+    /// Sends SIGTERM and waits for the process to exit; returns its exit status.
+    pub fn terminate(&mut self) -> std::process::ExitStatus {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        for _ in 0..400 {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return status;
+            }
+            std::thread::sleep(Duration::from_millis(25));
+        }
+        panic!("icecache did not exit within 10 s of SIGTERM");
+    }
+}
+
+impl Drop for Icecache {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// An OAuth token from the catalog (SeaweedFS's admin credentials).
+pub async fn token(base: &str) -> String {
+    let response: Value = reqwest::Client::new()
+        .post(format!("{base}/v1/oauth/tokens"))
+        .form(&[
+            ("grant_type", "client_credentials"),
+            ("client_id", "admin"),
+            ("client_secret", "adminsecret"),
+        ])
+        .send()
+        .await
+        .expect("token request")
+        .json()
+        .await
+        .expect("token JSON");
+    response["access_token"]
+        .as_str()
+        .expect("access_token")
+        .to_owned()
+}
+
+/// A client that sends the catalog's bearer token.
+pub struct Api {
+    pub http: reqwest::Client,
+    pub base: String,
+    pub token: String,
+}
+
+impl Api {
+    /// `base` is `http://host:port/v1/warehouse`.
+    pub async fn new(server: &str) -> Api {
+        Api {
+            http: reqwest::Client::new(),
+            base: format!("{server}/v1/{PREFIX}"),
+            token: token(&catalog()).await,
+        }
+    }
+
+    pub fn get(&self, path: &str) -> reqwest::RequestBuilder {
+        self.http
+            .get(format!("{}{path}", self.base))
+            .bearer_auth(&self.token)
+    }
+
+    pub fn post(&self, path: &str, body: Value) -> reqwest::RequestBuilder {
+        self.http
+            .post(format!("{}{path}", self.base))
+            .bearer_auth(&self.token)
+            .json(&body)
+    }
+
+    pub async fn create_namespace(&self, namespace: &str) {
+        let r = self
+            .post("/namespaces", json!({ "namespace": [namespace] }))
+            .send()
+            .await
+            .expect("create namespace");
+        assert_eq!(r.status(), 200, "create namespace {namespace}");
+    }
+
+    pub async fn create_table(&self, namespace: &str, table: &str) -> Value {
+        let schema = json!({
+            "type": "struct", "schema-id": 0,
+            "fields": [{ "id": 1, "name": "id", "type": "long", "required": false }]
+        });
+        let r = self
+            .post(
+                &format!("/namespaces/{namespace}/tables"),
+                json!({ "name": table, "schema": schema }),
+            )
+            .send()
+            .await
+            .expect("create table");
+        assert_eq!(r.status(), 200, "create table {namespace}.{table}");
+        r.json().await.expect("create table JSON")
+    }
+
+    /// A namespace with one table in it, both named uniquely.
+    pub async fn fresh_table(&self, stem: &str) -> (String, String) {
+        let namespace = unique(stem);
+        self.create_namespace(&namespace).await;
+        self.create_table(&namespace, "t").await;
+        (namespace, "t".to_owned())
+    }
+
+    pub async fn set_property(&self, namespace: &str, table: &str, key: &str, value: &str) {
+        let r = self
+            .post(
+                &format!("/namespaces/{namespace}/tables/{table}"),
+                json!({
+                    "requirements": [],
+                    "updates": [{ "action": "set-properties", "updates": { key: value } }]
+                }),
+            )
+            .send()
+            .await
+            .expect("update table");
+        assert_eq!(r.status(), 200, "update table {namespace}.{table}");
+    }
+}
+
+/// The virtual environment's Python, with pyiceberg, installed by `scripts/test-env.sh`.
+pub fn python() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".test-env/venv/bin/python")
+}
+
+/// Runs the pyiceberg client script against `uri` and returns the JSON it printed.
+pub fn pyiceberg(uri: &str, args: &[&str]) -> Value {
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/py/iceberg_client.py");
+    let output = Command::new(python())
+        .arg(script)
+        .arg(uri)
+        .args(args)
+        .output()
+        .expect("pyiceberg runs (install it with scripts/test-env.sh)");
+    assert!(
+        output.status.success(),
+        "pyiceberg {args:?} failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).expect("pyiceberg printed JSON")
+}
+
+/// The value of one metric sample line (`name{labels} value`), or 0 when absent.
+pub fn metric(text: &str, series: &str) -> f64 {
+    text.lines()
+        .find_map(|line| {
+            line.strip_prefix(series)
+                .and_then(|rest| rest.strip_prefix(' '))
+                .and_then(|v| v.trim().parse().ok())
+        })
+        .unwrap_or(0.0)
+}
