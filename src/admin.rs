@@ -10,7 +10,6 @@ use prometheus::core::Collector;
 use prometheus::IntCounterVec;
 
 use crate::body::{empty, full, Body};
-use crate::cache::TableId;
 use crate::error::iceberg_error;
 use crate::proxy::AppState;
 use crate::route::{decode_component, decode_namespace, Operation};
@@ -204,21 +203,13 @@ fn purge(state: &AppState, request: &Request<Incoming>) -> Response<Body> {
             );
         }
     }
-    let purged = match (namespace, table) {
-        (None, None) => cache.purge_all(),
-        (Some(namespace), None) => cache.purge_namespace(prefix.as_deref(), &namespace),
-        (Some(namespace), Some(table)) => cache.purge_table(&TableId {
-            prefix,
-            namespace,
-            table,
-        }),
-        (None, Some(_)) => {
-            return iceberg_error(
-                StatusCode::BAD_REQUEST,
-                "BadRequestException",
-                "purging a table needs its namespace too",
-            )
-        }
-    };
+    if table.is_some() && namespace.is_none() {
+        return iceberg_error(
+            StatusCode::BAD_REQUEST,
+            "BadRequestException",
+            "purging a table needs its namespace too",
+        );
+    }
+    let purged = cache.purge(prefix.as_deref(), namespace.as_deref(), table.as_deref());
     json(StatusCode::OK, serde_json::json!({ "purged": purged }))
 }

@@ -21,6 +21,12 @@ impl IdentityHasher {
         Ok(IdentityHasher { key })
     }
 
+    /// A hasher with a constant key, for tests that compare keys made at different times.
+    #[cfg(test)]
+    pub(crate) fn fixed() -> Self {
+        IdentityHasher { key: [7; 32] }
+    }
+
     /// The scope of a request: its `Authorization` header, absent being a scope of its own.
     pub fn scope(&self, headers: &HeaderMap) -> Scope {
         let mut hasher = blake3::Hasher::new_keyed(&self.key);

@@ -192,9 +192,7 @@ async fn mutate(
         Touched::Namespace(namespace) => {
             cache.invalidate_namespace(route.prefix.as_deref(), namespace, operation)
         }
-        Touched::Unknown => {
-            cache.purge_all();
-        }
+        Touched::Unknown => cache.invalidate_all(operation),
         Touched::Nothing => {}
     }
     Ok((result?, None))

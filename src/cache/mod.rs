@@ -488,20 +488,24 @@ impl TableCache {
         self.count_invalidation(reason.as_str());
     }
 
-    pub fn purge_all(&self) -> usize {
-        let removed = self.store.invalidate_all();
-        self.count_invalidation("purge");
-        removed
+    pub fn invalidate_all(&self, reason: Operation) {
+        self.store.invalidate_where(|_| true);
+        self.count_invalidation(reason.as_str());
     }
 
-    pub fn purge_namespace(&self, prefix: Option<&str>, namespace: &[String]) -> usize {
-        let removed = self.store.invalidate_namespace(prefix, namespace);
-        self.count_invalidation("purge");
-        removed
-    }
-
-    pub fn purge_table(&self, table: &TableId) -> usize {
-        let removed = self.store.invalidate_table(table);
+    /// Purges the tables that match every given part; None matches any prefix, namespace or
+    /// table.
+    pub fn purge(
+        &self,
+        prefix: Option<&str>,
+        namespace: Option<&[String]>,
+        table: Option<&str>,
+    ) -> usize {
+        let removed = self.store.invalidate_where(|t| {
+            prefix.is_none_or(|p| t.prefix.as_deref() == Some(p))
+                && namespace.is_none_or(|n| t.namespace.as_slice() == n)
+                && table.is_none_or(|name| t.table == name)
+        });
         self.count_invalidation("purge");
         removed
     }

@@ -206,27 +206,24 @@ impl Store {
         keys.len()
     }
 
-    /// Invalidates every table of a namespace (and of its child namespaces). Walks the tables
-    /// known to the cache, not the entries; dropping a namespace is rare and the catalog only
-    /// allows it when the namespace is empty.
+    /// Invalidates every table of a namespace (and of its child namespaces).
     pub fn invalidate_namespace(&self, prefix: Option<&str>, namespace: &[String]) -> usize {
+        self.invalidate_where(|t| {
+            t.prefix.as_deref() == prefix && t.namespace.starts_with(namespace)
+        })
+    }
+
+    /// Invalidates every table that `matches`. Walks the tables known to the cache, not the
+    /// entries: it serves namespace drops (rare, and the catalog only allows them on empty
+    /// namespaces), writes whose tables could not be named, and purges.
+    pub fn invalidate_where(&self, matches: impl Fn(&TableId) -> bool) -> usize {
         let tables: Vec<Arc<TableId>> = self
             .tables
             .iter()
-            .filter(|t| {
-                t.key().prefix.as_deref() == prefix && t.key().namespace.starts_with(namespace)
-            })
+            .filter(|t| matches(t.key()))
             .map(|t| t.key().clone())
             .collect();
         tables.iter().map(|t| self.invalidate_table(t)).sum()
-    }
-
-    /// Invalidates everything.
-    pub fn invalidate_all(&self) -> usize {
-        let tables: Vec<Arc<TableId>> = self.tables.iter().map(|t| t.key().clone()).collect();
-        let removed = tables.iter().map(|t| self.invalidate_table(t)).sum();
-        self.entries.invalidate_all();
-        removed
     }
 
     /// Entry count and weighted bytes, after moka has applied pending evictions.
