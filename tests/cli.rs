@@ -167,3 +167,10 @@ fn help_explains_every_option() {
         assert!(help.contains(flag), "--help does not mention {flag}");
     }
 }
+
+#[test]
+fn the_shipped_example_config_is_valid() {
+    let example = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/icecache.toml");
+    let output = icecache(&["check-config", example]);
+    assert!(output.status.success(), "{}", stderr(&output));
+}
