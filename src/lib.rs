@@ -4,6 +4,7 @@ pub mod admin;
 pub mod body;
 pub mod cache;
 pub mod config;
+pub mod credentials;
 pub mod error;
 pub mod etag;
 pub mod header_case;

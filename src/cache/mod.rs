@@ -218,8 +218,14 @@ impl TableCache {
         outcome: CacheOutcome,
         if_none_match: &[HeaderValue],
     ) -> Response<Body> {
-        let not_modified =
-            !if_none_match.is_empty() && if_none_match_matches(if_none_match, &entry.etag);
+        // A 304 tells the client to keep the credentials it got with this ETag: only while they
+        // are inside their servable window.
+        let credentials_servable = entry
+            .servable_until
+            .is_none_or(|until| Instant::now() < until);
+        let not_modified = credentials_servable
+            && !if_none_match.is_empty()
+            && if_none_match_matches(if_none_match, &entry.etag);
         let mut response = if not_modified {
             self.metrics.cache_not_modified.inc();
             let mut r = Response::new(empty());
@@ -413,13 +419,21 @@ impl TableCache {
             Ok(Ok(collected)) => collected.to_bytes(),
         };
 
-        if !is_cacheable(parts.status, &parts.headers, &body) {
+        let vended = if is_cacheable(parts.status, &parts.headers) {
+            crate::credentials::inspect(&body).ok()
+        } else {
+            None
+        };
+        let Some(vended) = vended else {
             return FillOutcome::Uncacheable(Buffered {
                 status: parts.status,
                 headers: parts.headers,
                 body,
             });
-        }
+        };
+        let servable_until = vended
+            .servable_for(self.config.fresh_for)
+            .map(|servable| requested_at + servable);
         let etag = strong_etag(key.snapshots.as_str(), &body);
         if let Some(old) = &stale {
             let result = if old.etag == etag {
@@ -443,7 +457,8 @@ impl TableCache {
                 etag,
                 upstream_etag,
                 stored_at: requested_at,
-                fresh_until: requested_at + self.config.fresh_for,
+                fresh_until: capped(requested_at + self.config.fresh_for, servable_until),
+                servable_until,
             },
         )
     }
@@ -455,7 +470,8 @@ impl TableCache {
             etag: old.etag.clone(),
             upstream_etag: old.upstream_etag.clone(),
             stored_at: now,
-            fresh_until: now + self.config.fresh_for,
+            fresh_until: capped(now + self.config.fresh_for, old.servable_until),
+            servable_until: old.servable_until,
         }
     }
 
@@ -530,9 +546,13 @@ impl TableCache {
     }
 }
 
-/// Only complete `200` JSON bodies in identity encoding, and never what the catalog marked
-/// `no-store`.
-fn is_cacheable(status: StatusCode, headers: &HeaderMap, body: &Bytes) -> bool {
+fn capped(fresh_until: Instant, servable_until: Option<Instant>) -> Instant {
+    servable_until.map_or(fresh_until, |until| fresh_until.min(until))
+}
+
+/// Only `200` JSON answers in identity encoding, and never what the catalog marked `no-store`.
+/// (The body must also parse as a LoadTableResult; the credentials check does that.)
+fn is_cacheable(status: StatusCode, headers: &HeaderMap) -> bool {
     if status != StatusCode::OK {
         return false;
     }
@@ -549,7 +569,7 @@ fn is_cacheable(status: StatusCode, headers: &HeaderMap, body: &Bytes) -> bool {
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(','))
         .any(|d| d.trim().eq_ignore_ascii_case("no-store"));
-    json && !encoded && !no_store && serde_json::from_slice::<serde::de::IgnoredAny>(body).is_ok()
+    json && !encoded && !no_store
 }
 
 /// The headers served with an entry: the catalog's, less those that are per-message or that

@@ -50,6 +50,9 @@ pub struct Entry {
     pub upstream_etag: Option<HeaderValue>,
     pub stored_at: Instant,
     pub fresh_until: Instant,
+    /// Past this instant the body's vended credentials are too close to expiry: the entry is
+    /// neither served nor confirmed with a 304, stale or not.
+    pub servable_until: Option<Instant>,
     generation: u64,
     table: Arc<TableState>,
 }
@@ -57,6 +60,9 @@ pub struct Entry {
 impl Entry {
     fn is_current(&self) -> bool {
         self.table.generation() == self.generation
+            && self
+                .servable_until
+                .is_none_or(|until| Instant::now() < until)
     }
 
     /// Bytes this entry holds, for the memory bound.
@@ -87,6 +93,7 @@ pub struct NewEntry {
     pub upstream_etag: Option<HeaderValue>,
     pub stored_at: Instant,
     pub fresh_until: Instant,
+    pub servable_until: Option<Instant>,
 }
 
 pub struct Store {
@@ -130,7 +137,8 @@ impl Store {
         Store { entries, tables }
     }
 
-    /// The current entry for `key`, if any.
+    /// The current entry for `key`, if any: not invalidated, and its credentials (if any) not
+    /// about to expire.
     pub fn get(&self, key: &CacheKey) -> Option<Arc<Entry>> {
         self.entries.get(key).filter(|entry| entry.is_current())
     }
@@ -153,6 +161,7 @@ impl Store {
             upstream_etag: new.upstream_etag,
             stored_at: new.stored_at,
             fresh_until: new.fresh_until,
+            servable_until: new.servable_until,
             generation: ticket.generation,
             table: ticket.table.clone(),
         });
