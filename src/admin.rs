@@ -184,8 +184,9 @@ fn purge(state: &AppState, request: &Request<Incoming>) -> Response<Body> {
         let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
         let decoded = match name {
             "prefix" => decode_component(value).map(|v| prefix = Some(v)),
-            "namespace" => decode_namespace(value, &state.config.namespace_separator)
-                .map(|v| namespace = Some(v)),
+            "namespace" => {
+                decode_namespace(value, &state.separator.get()).map(|v| namespace = Some(v))
+            }
             "table" => decode_component(value).map(|v| table = Some(v)),
             other => {
                 return iceberg_error(

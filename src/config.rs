@@ -125,6 +125,11 @@ pub struct Settings {
     #[arg(long, env = "ICECACHE_NAMESPACE_SEPARATOR")]
     pub namespace_separator: Option<String>,
 
+    /// The URL clients reach icecache at, written into the `uri` of /v1/config answers
+    /// (unset: taken from each request's X-Forwarded-Proto/-Host or Host). [key: public_url]
+    #[arg(long, env = "ICECACHE_PUBLIC_URL")]
+    pub public_url: Option<String>,
+
     /// Bearer token required by POST /cache/purge on the admin port (unset: no token).
     /// [key: admin_token]
     #[arg(long, env = "ICECACHE_ADMIN_TOKEN", hide_env_values = true)]
@@ -233,6 +238,7 @@ pub struct Config {
     pub shutdown_grace: Duration,
     pub namespace_separator: String,
     pub admin_token: Option<String>,
+    pub public_url: Option<String>,
     pub cache: CacheConfig,
 }
 
@@ -266,6 +272,7 @@ impl Settings {
             shutdown_grace: over.shutdown_grace.or(self.shutdown_grace),
             namespace_separator: over.namespace_separator.or(self.namespace_separator),
             admin_token: over.admin_token.or(self.admin_token),
+            public_url: over.public_url.or(self.public_url),
             cache: CacheSettings {
                 enabled: over.cache.enabled.or(self.cache.enabled),
                 max_bytes: over.cache.max_bytes.or(self.cache.max_bytes),
@@ -344,6 +351,11 @@ impl Settings {
             shutdown_grace: duration("shutdown_grace", &self.shutdown_grace, "30s")?,
             namespace_separator,
             admin_token: self.admin_token.clone(),
+            public_url: self
+                .public_url
+                .as_deref()
+                .map(parse_public_url)
+                .transpose()?,
             cache,
         })
     }
@@ -412,6 +424,22 @@ fn parse_upstream(value: Option<&str>) -> Result<UpstreamUrl, ConfigError> {
         authority,
         base_path: uri.path().trim_end_matches('/').to_owned(),
     })
+}
+
+fn parse_public_url(text: &str) -> Result<String, ConfigError> {
+    let uri: Uri = text.parse().map_err(|e| {
+        invalid(
+            "public_url",
+            format!("{text:?} is not a URL ({e}); e.g. http://icecache:8181"),
+        )
+    })?;
+    if uri.scheme().is_none() || uri.authority().is_none() {
+        return Err(invalid(
+            "public_url",
+            format!("{text:?} needs a scheme and a host, e.g. http://icecache:8181"),
+        ));
+    }
+    Ok(text.trim_end_matches('/').to_owned())
 }
 
 fn addr(
@@ -520,7 +548,7 @@ impl Config {
             "upstream = {}\nlisten = {}\nadmin_listen = {}\nlog_format = {:?}\nlog_level = {}\n\
              connect_timeout = {:?}\nrequest_timeout = {:?}\nheader_read_timeout = {:?}\n\
              max_header_bytes = {}\nmax_connections = {}\nshutdown_grace = {:?}\n\
-             namespace_separator = {}\nadmin_token = {}\n\
+             namespace_separator = {}\nadmin_token = {}\npublic_url = {}\n\
              cache.enabled = {}\ncache.max_bytes = {}\ncache.max_entry_bytes = {}\n\
              cache.fresh_for = {:?}\ncache.stale_while_revalidate = {:?}\n\
              cache.stale_if_error = {:?}\n",
@@ -541,6 +569,7 @@ impl Config {
             } else {
                 "(none)"
             },
+            self.public_url.as_deref().unwrap_or("(from each request)"),
             c.enabled,
             c.max_bytes,
             c.max_entry_bytes,

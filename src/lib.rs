@@ -3,6 +3,7 @@
 pub mod admin;
 pub mod body;
 pub mod cache;
+pub mod catalog_config;
 pub mod config;
 pub mod credentials;
 pub mod error;
@@ -24,6 +25,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::cache::TableCache;
+use crate::catalog_config::Separator;
 use crate::config::Config;
 use crate::identity::IdentityHasher;
 use crate::metrics::Metrics;
@@ -67,6 +69,7 @@ pub async fn run(config: Config, shutdown: watch::Receiver<bool>) -> Result<(), 
         shutdown_grace: config.shutdown_grace,
     };
     let state = Arc::new(AppState {
+        separator: Separator::new(&config.namespace_separator),
         identity: IdentityHasher::random().map_err(RunError::Random)?,
         config,
         upstream,

@@ -14,6 +14,7 @@ use tokio::time::Instant;
 
 use crate::body::{full, stream, Body};
 use crate::cache::{CacheKey, CacheOutcome, FillRequest, Lookup, TableCache, TableId, X_CACHE};
+use crate::catalog_config::{self, Separator};
 use crate::config::Config;
 use crate::error::ProxyError;
 use crate::headers::{prepare_forwarded, remove_hop_by_hop};
@@ -32,6 +33,7 @@ pub struct AppState {
     pub metrics: Arc<Metrics>,
     pub cache: Option<Arc<TableCache>>,
     pub identity: IdentityHasher,
+    pub separator: Separator,
 }
 
 /// Handles one client request; every failure becomes an Iceberg error response.
@@ -43,7 +45,7 @@ pub async fn handle(
     let started = Instant::now();
     let method = request.method().clone();
     let path = request.uri().path().to_owned();
-    let (operation, result) = match classify(&method, &path, &state.config.namespace_separator) {
+    let (operation, result) = match classify(&method, &path, &state.separator.get()) {
         Err(e) => (Operation::Other, Err(ProxyError::from(e))),
         Ok(route) => (
             route.operation,
@@ -88,6 +90,9 @@ async fn dispatch(
     peer: SocketAddr,
 ) -> Result<Answer, ProxyError> {
     let operation = route.operation;
+    if operation == Operation::Config {
+        return config(state, request, peer).await;
+    }
     if operation == Operation::LoadTable {
         if let Some(cache) = &state.cache {
             return load_table(state, cache, route, request, peer).await;
@@ -116,7 +121,7 @@ async fn load_table(
         &route,
         parts.uri.query(),
         &parts.headers,
-        &state.config.namespace_separator,
+        &state.separator.get(),
         scope,
     );
     if let Some(key) = key {
@@ -137,6 +142,73 @@ async fn load_table(
         HeaderValue::from_static(CacheOutcome::Bypass.as_str()),
     );
     Ok((response, Some(CacheOutcome::Bypass)))
+}
+
+/// Largest `/v1/config` answer icecache reads to rewrite; a larger one is a broken catalog (502).
+const MAX_CONFIG_BODY: usize = 1 << 20;
+
+async fn config(
+    state: &AppState,
+    request: Request<Incoming>,
+    peer: SocketAddr,
+) -> Result<Answer, ProxyError> {
+    let public_url = public_url(state, &request);
+    let (parts, body) = request.into_parts();
+    let response = forward(state, Operation::Config, parts, stream(body), peer).await?;
+    if response.status() != http::StatusCode::OK {
+        return Ok((response, None));
+    }
+    let (mut parts, body) = response.into_parts();
+    let body = read_bounded(body, MAX_CONFIG_BODY)
+        .await
+        .map_err(|message| {
+            ProxyError::Upstream(crate::upstream::UpstreamError::Protocol {
+                upstream: state.config.upstream.to_string(),
+                message: format!("config response could not be read: {message}"),
+            })
+        })?;
+    let Some(answer) = catalog_config::read(&body, &public_url) else {
+        return Ok((Response::from_parts(parts, full(body)), None));
+    };
+    if let Some(separator) = &answer.separator {
+        state.separator.learn(separator);
+    }
+    let body = answer.rewritten.unwrap_or(body);
+    parts
+        .headers
+        .insert(header::CONTENT_LENGTH, HeaderValue::from(body.len()));
+    Ok((Response::from_parts(parts, full(body)), None))
+}
+
+async fn read_bounded(mut body: Body, limit: usize) -> Result<Bytes, String> {
+    let mut buffer = bytes::BytesMut::new();
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| e.to_string())?;
+        if let Ok(data) = frame.into_data() {
+            if buffer.len() + data.len() > limit {
+                return Err(format!("longer than {limit} bytes"));
+            }
+            buffer.extend_from_slice(&data);
+        }
+    }
+    Ok(buffer.freeze())
+}
+
+/// The URL clients reach icecache at: `public_url` when configured, else what the request says
+/// (`X-Forwarded-Proto`/`X-Forwarded-Host` from a proxy in front, then `Host`).
+fn public_url(state: &AppState, request: &Request<Incoming>) -> String {
+    if let Some(url) = &state.config.public_url {
+        return url.clone();
+    }
+    let headers = request.headers();
+    let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    let proto = text("x-forwarded-proto").unwrap_or("http");
+    let host = text("x-forwarded-host")
+        .or_else(|| text("host"))
+        .map(str::to_owned)
+        .or_else(|| request.uri().authority().map(|a| a.to_string()))
+        .unwrap_or_else(|| state.config.listen.to_string());
+    format!("{proto}://{host}")
 }
 
 fn fill_request(

@@ -156,6 +156,7 @@ fn help_explains_every_option() {
         "--shutdown-grace",
         "--namespace-separator",
         "--admin-token",
+        "--public-url",
         "--cache-enabled",
         "--cache-max-bytes",
         "--cache-max-entry-bytes",

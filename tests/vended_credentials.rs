@@ -5,62 +5,20 @@
 
 mod support;
 
-use std::convert::Infallible;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use http::{Request, Response};
 use http_body_util::Full;
 use hyper::body::Incoming;
-use hyper::service::service_fn;
-use hyper_util::rt::TokioIo;
 use reqwest::header::{ETAG, IF_NONE_MATCH};
-use serde_json::{json, Value};
+use serde_json::Value;
+use support::fake::{json, Fake};
 use support::Icecache;
 
-struct VendingCatalog {
-    url: String,
-    loads: Arc<AtomicU64>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl Drop for VendingCatalog {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
-impl VendingCatalog {
-    async fn start(lifetime: Duration) -> VendingCatalog {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}", listener.local_addr().unwrap());
-        let loads = Arc::new(AtomicU64::new(0));
-        let counter = loads.clone();
-        let task = tokio::spawn(async move {
-            loop {
-                let Ok((stream, _)) = listener.accept().await else {
-                    continue;
-                };
-                let counter = counter.clone();
-                tokio::spawn(async move {
-                    let service = service_fn(move |request: Request<Incoming>| {
-                        let n = counter.fetch_add(1, Ordering::SeqCst) + 1;
-                        async move { Ok::<_, Infallible>(vend(&request, n, lifetime)) }
-                    });
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(TokioIo::new(stream), service)
-                        .await;
-                });
-            }
-        });
-        VendingCatalog { url, loads, task }
-    }
-
-    fn loads(&self) -> u64 {
-        self.loads.load(Ordering::SeqCst)
-    }
+/// The vending upstream: each loadTable answer holds fresh S3 keys for the caller.
+async fn vending_catalog(lifetime: Duration) -> Fake {
+    Fake::start(move |request, n| vend(request, n, lifetime)).await
 }
 
 fn vend(request: &Request<Incoming>, n: u64, lifetime: Duration) -> Response<Full<Bytes>> {
@@ -71,7 +29,7 @@ fn vend(request: &Request<Incoming>, n: u64, lifetime: Duration) -> Response<Ful
         .and_then(|v| v.to_str().ok())
         .unwrap_or("anonymous")
         .to_owned();
-    let body = json!({
+    json(serde_json::json!({
         "metadata-location": "s3://bucket/db/t/metadata/v1.metadata.json",
         "metadata": { "format-version": 2, "table-uuid": "6b1b3c3e-0000-4000-8000-000000000001" },
         "config": {
@@ -80,12 +38,7 @@ fn vend(request: &Request<Incoming>, n: u64, lifetime: Duration) -> Response<Ful
             "s3.session-token": format!("ST-{n}"),
             "s3.session-token-expires-at-ms": (expires.as_millis() as u64).to_string(),
         }
-    });
-    let mut response = Response::new(Full::new(Bytes::from(body.to_string())));
-    response
-        .headers_mut()
-        .insert("content-type", "application/json".parse().unwrap());
-    response
+    }))
 }
 
 const PATH: &str = "/v1/namespaces/db/tables/t";
@@ -102,7 +55,7 @@ async fn load(icecache: &Icecache, if_none_match: Option<&str>) -> reqwest::Resp
 
 #[tokio::test]
 async fn credentials_are_never_served_past_expiry_minus_margin() {
-    let catalog = VendingCatalog::start(Duration::from_secs(2)).await;
+    let catalog = vending_catalog(Duration::from_secs(2)).await;
     let icecache = Icecache::start(
         &catalog.url,
         &["--fresh-for", "1h", "--stale-if-error", "1h"],
@@ -115,12 +68,12 @@ async fn credentials_are_never_served_past_expiry_minus_margin() {
         "HIT",
         "servable for about 1 s of the 2 s lifetime"
     );
-    assert_eq!(catalog.loads(), 1);
+    assert_eq!(catalog.requests(), 1);
     // Past expiry minus the margin (half of the 2 s lifetime): a new load from the catalog.
     tokio::time::sleep(Duration::from_millis(1100)).await;
     let third = load(&icecache, None).await;
     assert_eq!(third.headers()["x-cache"], "MISS");
-    assert_eq!(catalog.loads(), 2);
+    assert_eq!(catalog.requests(), 2);
     let third: Value = third.json().await.unwrap();
     assert_ne!(
         third["config"]["s3.access-key-id"],
@@ -130,7 +83,7 @@ async fn credentials_are_never_served_past_expiry_minus_margin() {
 
 #[tokio::test]
 async fn a_304_is_refused_once_the_credentials_it_would_confirm_are_outside_their_window() {
-    let catalog = VendingCatalog::start(Duration::from_secs(2)).await;
+    let catalog = vending_catalog(Duration::from_secs(2)).await;
     let icecache = Icecache::start(&catalog.url, &["--fresh-for", "1h"]).await;
     let first = load(&icecache, None).await;
     let tag = first.headers()[ETAG].to_str().unwrap().to_owned();
@@ -147,17 +100,17 @@ async fn a_304_is_refused_once_the_credentials_it_would_confirm_are_outside_thei
 
 #[tokio::test]
 async fn long_lived_credentials_are_cached_normally() {
-    let catalog = VendingCatalog::start(Duration::from_secs(3600)).await;
+    let catalog = vending_catalog(Duration::from_secs(3600)).await;
     let icecache = Icecache::start(&catalog.url, &["--fresh-for", "1h"]).await;
     load(&icecache, None).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(load(&icecache, None).await.headers()["x-cache"], "HIT");
-    assert_eq!(catalog.loads(), 1);
+    assert_eq!(catalog.requests(), 1);
 }
 
 #[tokio::test]
 async fn each_caller_gets_the_credentials_vended_for_it() {
-    let catalog = VendingCatalog::start(Duration::from_secs(3600)).await;
+    let catalog = vending_catalog(Duration::from_secs(3600)).await;
     let icecache = Icecache::start(&catalog.url, &["--fresh-for", "1h"]).await;
     let client = reqwest::Client::new();
     let mut keys = Vec::new();
@@ -183,5 +136,5 @@ async fn each_caller_gets_the_credentials_vended_for_it() {
     }
     assert_eq!(keys[0], keys[2]);
     assert_eq!(keys[1], keys[3]);
-    assert_eq!(catalog.loads(), 2);
+    assert_eq!(catalog.requests(), 2);
 }

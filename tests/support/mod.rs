@@ -2,6 +2,7 @@
 //! counting relay between them, and pyiceberg.
 #![allow(dead_code)] // each test binary uses a different part of the harness
 
+pub mod fake;
 pub mod relay;
 
 use std::net::TcpListener;
