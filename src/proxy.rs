@@ -21,7 +21,7 @@ use crate::headers::{prepare_forwarded, remove_hop_by_hop};
 use crate::identity::IdentityHasher;
 use crate::metrics::Metrics;
 use crate::route::{classify, Operation, Route};
-use crate::upstream::Upstream;
+use crate::upstream::{Upstream, UpstreamError};
 
 /// Largest request body icecache reads to learn which tables a write names (rename,
 /// `transactions/commit`, create, register). Other bodies stream without a bound.
@@ -131,7 +131,7 @@ async fn load_table(
             .iter()
             .cloned()
             .collect();
-        let fill = fill_request(state, &parts, peer)?;
+        let fill = || fill_request(state, &parts, peer);
         if let Lookup::Answer(response, outcome) = cache.load(key, fill, &if_none_match).await {
             return Ok((response, Some(outcome)));
         }
@@ -162,7 +162,7 @@ async fn config(
     let body = read_bounded(body, MAX_CONFIG_BODY)
         .await
         .map_err(|message| {
-            ProxyError::Upstream(crate::upstream::UpstreamError::Protocol {
+            ProxyError::Upstream(UpstreamError::Protocol {
                 upstream: state.config.upstream.to_string(),
                 message: format!("config response could not be read: {message}"),
             })
@@ -215,7 +215,7 @@ fn fill_request(
     state: &AppState,
     parts: &http::request::Parts,
     peer: SocketAddr,
-) -> Result<FillRequest, ProxyError> {
+) -> Result<FillRequest, UpstreamError> {
     let mut headers = parts.headers.clone();
     with_host(&mut headers, &parts.uri);
     prepare_forwarded(&mut headers, peer, "http");

@@ -137,15 +137,17 @@ impl TableCache {
     }
 
     /// Answers a loadTable request from the cache, filling or revalidating as needed.
+    /// `make_request` builds the upstream request; it runs only when this call starts a fill, so
+    /// a hit costs no header copying.
     pub async fn load(
         self: &Arc<Self>,
         key: CacheKey,
-        request: FillRequest,
+        make_request: impl FnOnce() -> Result<FillRequest, UpstreamError>,
         if_none_match: &[HeaderValue],
     ) -> Lookup {
         let now = Instant::now();
         let Some(entry) = self.store.get(&key) else {
-            let (outcome, led) = self.join_fill(key, request, None);
+            let (outcome, led) = self.join_fill(key, make_request, None);
             let outcome = outcome.await;
             let label = if led {
                 CacheOutcome::Miss
@@ -163,13 +165,13 @@ impl TableCache {
         let stale_for = now.duration_since(entry.fresh_until);
         if stale_for < self.config.stale_while_revalidate {
             // Started and left running: the fill task outlives this request.
-            let _background = self.join_fill(key, request, Some(entry.clone()));
+            let _background = self.join_fill(key, make_request, Some(entry.clone()));
             return Lookup::Answer(
                 self.serve(&entry, CacheOutcome::Stale, if_none_match),
                 CacheOutcome::Stale,
             );
         }
-        let (outcome, led) = self.join_fill(key, request, Some(entry.clone()));
+        let (outcome, led) = self.join_fill(key, make_request, Some(entry.clone()));
         let outcome = outcome.await;
         let upstream_failed = match &*outcome {
             FillOutcome::Failed(_) => true,
@@ -250,7 +252,7 @@ impl TableCache {
     fn join_fill(
         self: &Arc<Self>,
         key: CacheKey,
-        request: FillRequest,
+        make_request: impl FnOnce() -> Result<FillRequest, UpstreamError>,
         stale: Option<Arc<Entry>>,
     ) -> (SharedFill, bool) {
         let mut inflight = self.inflight.lock().unwrap_or_else(|p| p.into_inner());
@@ -268,6 +270,15 @@ impl TableCache {
                 return (done, false);
             }
         }
+        let request = match make_request() {
+            Ok(request) => request,
+            Err(e) => {
+                let failed: SharedFill = futures::future::ready(Arc::new(FillOutcome::Failed(e)))
+                    .boxed()
+                    .shared();
+                return (failed, true);
+            }
+        };
         let ticket = self.store.begin_fill(&key.table);
         let cache = self.clone();
         let task_key = key.clone();
