@@ -8,7 +8,7 @@ use std::time::Duration;
 use reqwest::header::{ETAG, IF_NONE_MATCH};
 use serde_json::{json, Value};
 use support::relay::Relay;
-use support::{catalog, metric, pyiceberg, Api, Icecache};
+use support::{catalog, get_json, metric, pyiceberg_async, Api, Icecache};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 struct Setup {
@@ -272,43 +272,15 @@ async fn a_pyiceberg_append_through_icecache_is_seen_by_the_next_load() {
     let s = Setup::new(&["--fresh-for", "1h"]).await;
     let uri = s.icecache.url.clone();
     let namespace = s.namespace.clone();
-    let first = tokio::task::spawn_blocking({
-        let (uri, namespace) = (uri.clone(), namespace.clone());
-        move || pyiceberg(&uri, &["append", &namespace, "events", "3"])
-    })
-    .await
-    .unwrap();
-    let before: Value = s
-        .api
-        .get(&format!("/namespaces/{namespace}/tables/events"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let events = format!("/namespaces/{namespace}/tables/events");
+    let first = pyiceberg_async(&uri, &["append", &namespace, "events", "3"]).await;
+    let before = s.api.get_json(&events).await;
     assert_eq!(before["metadata"]["current-snapshot-id"], first["snapshot"]);
-    let second = tokio::task::spawn_blocking({
-        let (uri, namespace) = (uri.clone(), namespace.clone());
-        move || pyiceberg(&uri, &["append", &namespace, "events", "2"])
-    })
-    .await
-    .unwrap();
+    let second = pyiceberg_async(&uri, &["append", &namespace, "events", "2"]).await;
     assert_ne!(first["snapshot"], second["snapshot"]);
-    let after: Value = s
-        .api
-        .get(&format!("/namespaces/{namespace}/tables/events"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let after = s.api.get_json(&events).await;
     assert_eq!(after["metadata"]["current-snapshot-id"], second["snapshot"]);
-    let scanned =
-        tokio::task::spawn_blocking(move || pyiceberg(&uri, &["scan", &namespace, "events"]))
-            .await
-            .unwrap();
+    let scanned = pyiceberg_async(&uri, &["scan", &namespace, "events"]).await;
     assert_eq!(scanned["rows"], 5);
 }
 
@@ -550,12 +522,7 @@ async fn stats_report_hits_misses_and_304s_as_json() {
     let tag = etag(&s.load().await);
     s.load().await;
     s.load_if_none_match(&tag).await;
-    let stats: Value = reqwest::get(format!("{}/cache/stats", s.icecache.admin))
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let stats = get_json(&format!("{}/cache/stats", s.icecache.admin)).await;
     assert_eq!(stats["entries"], 1);
     assert_eq!(stats["load_table_requests"]["MISS"], 1);
     assert_eq!(stats["load_table_requests"]["HIT"], 2);

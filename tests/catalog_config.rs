@@ -5,9 +5,9 @@
 
 mod support;
 
-use serde_json::{json, Value};
+use serde_json::json;
 use support::fake::{self, Fake};
-use support::Icecache;
+use support::{get_json, Icecache};
 
 async fn advertising_catalog() -> Fake {
     Fake::start(|request, _| {
@@ -27,12 +27,7 @@ async fn advertising_catalog() -> Fake {
 async fn a_catalog_uri_is_rewritten_to_icecaches_own() {
     let catalog = advertising_catalog().await;
     let icecache = Icecache::start(&catalog.url, &[]).await;
-    let config: Value = reqwest::get(format!("{}/v1/config", icecache.url))
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let config = get_json(&format!("{}/v1/config", icecache.url)).await;
     assert_eq!(config["overrides"]["uri"], icecache.url);
     assert_eq!(config["defaults"]["clients"], "4");
 }
@@ -45,12 +40,7 @@ async fn a_configured_public_url_is_what_clients_are_sent_to() {
         &["--public-url", "https://icecache.example:443"],
     )
     .await;
-    let config: Value = reqwest::get(format!("{}/v1/config", icecache.url))
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let config = get_json(&format!("{}/v1/config", icecache.url)).await;
     assert_eq!(config["overrides"]["uri"], "https://icecache.example:443");
 }
 

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 use support::relay::Relay;
-use support::{catalog, free_port, pyiceberg, unique, Api, Icecache};
+use support::{catalog, free_port, get_json, pyiceberg_async, unique, Api, Icecache};
 
 async fn proxy() -> (Icecache, Api) {
     let icecache = Icecache::start(&catalog(), &[]).await;
@@ -30,18 +30,8 @@ fn assert_iceberg_error(body: &Value, code: u16) {
 #[tokio::test]
 async fn config_is_the_catalogs() {
     let icecache = Icecache::start(&catalog(), &[]).await;
-    let through: Value = reqwest::get(format!("{}/v1/config", icecache.url))
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let direct: Value = reqwest::get(format!("{}/v1/config", catalog()))
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let through = get_json(&format!("{}/v1/config", icecache.url)).await;
+    let direct = get_json(&format!("{}/v1/config", catalog())).await;
     assert_eq!(through, direct);
 }
 
@@ -113,14 +103,9 @@ async fn a_created_table_loads_with_the_catalogs_metadata() {
     assert_eq!(through.status(), 200);
     let through: Value = through.json().await.unwrap();
     let direct_api = Api::new(&catalog()).await;
-    let direct: Value = direct_api
-        .get(&format!("/namespaces/{namespace}/tables/events"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let direct = direct_api
+        .get_json(&format!("/namespaces/{namespace}/tables/events"))
+        .await;
     assert_eq!(through, direct);
     assert_eq!(
         through["metadata"]["table-uuid"],
@@ -132,17 +117,8 @@ async fn a_created_table_loads_with_the_catalogs_metadata() {
 async fn pyiceberg_appends_through_icecache_and_reads_the_rows_back() {
     let icecache = Icecache::start(&catalog(), &[]).await;
     let namespace = unique("ns_py");
-    let uri = icecache.url.clone();
-    let appended = tokio::task::spawn_blocking({
-        let (uri, namespace) = (uri.clone(), namespace.clone());
-        move || pyiceberg(&uri, &["append", &namespace, "rows", "7"])
-    })
-    .await
-    .unwrap();
-    let scanned =
-        tokio::task::spawn_blocking(move || pyiceberg(&uri, &["scan", &namespace, "rows"]))
-            .await
-            .unwrap();
+    let appended = pyiceberg_async(&icecache.url, &["append", &namespace, "rows", "7"]).await;
+    let scanned = pyiceberg_async(&icecache.url, &["scan", &namespace, "rows"]).await;
     assert_eq!(scanned["rows"], 7);
     assert_eq!(scanned["ids"], json!([0, 1, 2, 3, 4, 5, 6]));
     assert_eq!(scanned["snapshot"], appended["snapshot"]);
@@ -183,38 +159,11 @@ async fn drop_removes_the_table_and_head_reports_it() {
     let (_icecache, api) = proxy().await;
     let (namespace, table) = api.fresh_table("ns_drop").await;
     let url = format!("{}/namespaces/{namespace}/tables/{table}", api.base);
-    let head = api
-        .http
-        .head(&url)
-        .bearer_auth(&api.token)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(head.status(), 204);
-    let dropped = api
-        .http
-        .delete(&url)
-        .bearer_auth(&api.token)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(dropped.status(), 204);
-    let head = api
-        .http
-        .head(&url)
-        .bearer_auth(&api.token)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(head.status(), 404);
-    let load = api
-        .http
-        .get(&url)
-        .bearer_auth(&api.token)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(load.status(), 404);
+    use reqwest::Method;
+    assert_eq!(api.send(Method::HEAD, &url).await.status(), 204);
+    assert_eq!(api.send(Method::DELETE, &url).await.status(), 204);
+    assert_eq!(api.send(Method::HEAD, &url).await.status(), 404);
+    assert_eq!(api.send(Method::GET, &url).await.status(), 404);
 }
 
 #[tokio::test]

@@ -184,6 +184,27 @@ impl Api {
             .bearer_auth(&self.token)
     }
 
+    /// Sends `method` to an absolute URL with the bearer token.
+    pub async fn send(&self, method: reqwest::Method, url: &str) -> reqwest::Response {
+        self.http
+            .request(method, url)
+            .bearer_auth(&self.token)
+            .send()
+            .await
+            .expect("request sent")
+    }
+
+    /// GETs a path under the base and parses the JSON answer.
+    pub async fn get_json(&self, path: &str) -> Value {
+        self.get(path)
+            .send()
+            .await
+            .expect("request sent")
+            .json()
+            .await
+            .expect("a JSON answer")
+    }
+
     pub fn post(&self, path: &str, body: Value) -> reqwest::RequestBuilder {
         self.http
             .post(format!("{}{path}", self.base))
@@ -261,6 +282,28 @@ pub fn pyiceberg(uri: &str, args: &[&str]) -> Value {
         String::from_utf8_lossy(&output.stderr)
     );
     serde_json::from_slice(&output.stdout).expect("pyiceberg printed JSON")
+}
+
+/// GETs an absolute URL without credentials and parses the JSON answer.
+pub async fn get_json(url: &str) -> Value {
+    reqwest::get(url)
+        .await
+        .expect("request sent")
+        .json()
+        .await
+        .expect("a JSON answer")
+}
+
+/// `pyiceberg` on a blocking thread, for async tests.
+pub async fn pyiceberg_async(uri: &str, args: &[&str]) -> Value {
+    let uri = uri.to_owned();
+    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    tokio::task::spawn_blocking(move || {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        pyiceberg(&uri, &args)
+    })
+    .await
+    .expect("pyiceberg thread")
 }
 
 /// The value of one metric sample line (`name{labels} value`), or 0 when absent.
