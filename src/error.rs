@@ -17,8 +17,6 @@ pub enum ProxyError {
     RequestBody(String),
     #[error(transparent)]
     Upstream(#[from] UpstreamError),
-    #[error("{0}")]
-    Unauthorized(String),
 }
 
 impl ProxyError {
@@ -26,7 +24,6 @@ impl ProxyError {
         match self {
             ProxyError::BadRequest(_) | ProxyError::RequestBody(_) => StatusCode::BAD_REQUEST,
             ProxyError::Upstream(e) => e.status(),
-            ProxyError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
         }
     }
 
@@ -34,7 +31,6 @@ impl ProxyError {
         match self {
             ProxyError::BadRequest(_) | ProxyError::RequestBody(_) => "BadRequestException",
             ProxyError::Upstream(e) => e.error_type(),
-            ProxyError::Unauthorized(_) => "NotAuthorizedException",
         }
     }
 

@@ -367,15 +367,7 @@ async fn a_multi_table_transaction_invalidates_every_table_it_names() {
     assert_eq!(committed.status(), 204);
     let first: Value = s.load().await.json().await.unwrap();
     assert_eq!(first["metadata"]["properties"]["batch"], "one");
-    let second: Value = s
-        .api
-        .get(&second_path)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let second: Value = s.api.get_json(&second_path).await;
     assert_eq!(second["metadata"]["properties"]["batch"], "two");
 }
 

@@ -41,14 +41,7 @@ async fn namespaces_are_created_listed_loaded_and_dropped() {
     let namespace = unique("ns_life");
     api.create_namespace(&namespace).await;
 
-    let listed: Value = api
-        .get("/namespaces")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let listed: Value = api.get_json("/namespaces").await;
     assert!(listed["namespaces"]
         .as_array()
         .unwrap()
@@ -64,21 +57,19 @@ async fn namespaces_are_created_listed_loaded_and_dropped() {
     assert_eq!(loaded["namespace"], json!([namespace]));
 
     let exists = api
-        .http
-        .head(format!("{}/namespaces/{namespace}", api.base))
-        .bearer_auth(&api.token)
-        .send()
-        .await
-        .unwrap();
+        .send(
+            reqwest::Method::HEAD,
+            &format!("{}/namespaces/{namespace}", api.base),
+        )
+        .await;
     assert_eq!(exists.status(), 204);
 
     let dropped = api
-        .http
-        .delete(format!("{}/namespaces/{namespace}", api.base))
-        .bearer_auth(&api.token)
-        .send()
-        .await
-        .unwrap();
+        .send(
+            reqwest::Method::DELETE,
+            &format!("{}/namespaces/{namespace}", api.base),
+        )
+        .await;
     assert_eq!(dropped.status(), 204);
     let gone = api
         .get(&format!("/namespaces/{namespace}"))

@@ -4,7 +4,7 @@
 mod key;
 mod store;
 
-pub use key::{normalised_delegation, CacheKey, Snapshots, TableId, ACCESS_DELEGATION};
+pub use key::{CacheKey, TableId};
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
