@@ -27,7 +27,7 @@ fn request_headers() -> HeaderMap {
 
 fn routing_and_key(c: &mut Criterion) {
     let headers = request_headers();
-    let identity = IdentityHasher::random().expect("random key");
+    let identity = IdentityHasher::random(Vec::new()).expect("random key");
     c.bench_function("classify loadTable path", |b| {
         b.iter(|| classify(&Method::GET, black_box(PATH), "%1F"))
     });

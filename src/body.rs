@@ -20,3 +20,14 @@ pub fn empty() -> Body {
 pub fn stream(incoming: hyper::body::Incoming) -> Body {
     incoming.map_err(BoxError::from).boxed()
 }
+
+/// A body of a few pieces, sent in order without joining them.
+pub fn chain<const N: usize>(pieces: [Bytes; N]) -> Body {
+    let frames = futures::stream::iter(
+        pieces
+            .into_iter()
+            .filter(|piece| !piece.is_empty())
+            .map(|piece| Ok(http_body::Frame::data(piece))),
+    );
+    http_body_util::StreamBody::new(frames).boxed()
+}

@@ -5,11 +5,16 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use std::sync::Arc;
+
 use clap::{Args, Parser, Subcommand};
 use http::uri::{Authority, Scheme};
+use http::HeaderName;
 use http::Uri;
 use serde::Deserialize;
 use thiserror::Error;
+
+use crate::policy::{self, KeyPatterns, Policies, PolicySettings};
 
 /// Exit code for a configuration that does not validate (BSD `EX_USAGE`).
 pub const EXIT_CONFIG: i32 = 64;
@@ -135,6 +140,42 @@ pub struct Settings {
     #[arg(long, env = "ICECACHE_ADMIN_TOKEN", hide_env_values = true)]
     pub admin_token: Option<String>,
 
+    /// Who may share a cached body: per-principal (callers never share), revalidate (one body,
+    /// each caller confirmed upstream with its own credentials) or shared (all callers trusted).
+    /// [default: per-principal] [key: identity; per prefix: prefixes.NAME.identity]
+    #[arg(long, env = "ICECACHE_IDENTITY")]
+    pub identity: Option<String>,
+
+    /// What happens to vended credentials in loadTable bodies: passthrough, strip or inject.
+    /// [default: passthrough] [key: credentials; per prefix: prefixes.NAME.credentials]
+    #[arg(long, env = "ICECACHE_CREDENTIALS")]
+    pub credentials: Option<String>,
+
+    /// Headers besides Authorization that identify a caller (comma-separated), e.g. x-api-key.
+    /// [key: auth_headers]
+    #[arg(long, env = "ICECACHE_AUTH_HEADERS", value_delimiter = ',')]
+    pub auth_headers: Option<Vec<String>>,
+
+    /// Under identity = revalidate, how long a caller's confirmation for an entry holds.
+    /// [default: 30s] [key: authz_ttl]
+    #[arg(long, env = "ICECACHE_AUTHZ_TTL")]
+    pub authz_ttl: Option<String>,
+
+    /// Keys strip and inject remove (comma-separated; a trailing * matches a prefix).
+    /// [default: the S3, GCS, ADLS, OSS, JDBC and token keys] [key: strip_keys]
+    #[arg(long, env = "ICECACHE_STRIP_KEYS", value_delimiter = ',')]
+    pub strip_keys: Option<Vec<String>>,
+
+    /// Properties merged into `config` under credentials = inject (config file only):
+    /// `[inject] "s3.access-key-id" = { env = "VAR" }`, `{ file = "/path" }` or, for
+    /// non-secrets, `{ value = "..." }`.
+    #[arg(skip)]
+    pub inject: Option<std::collections::BTreeMap<String, crate::policy::InjectSource>>,
+
+    /// Per-prefix identity, credentials and inject (config file only: `[prefixes.NAME]`).
+    #[arg(skip)]
+    pub prefixes: Option<std::collections::BTreeMap<String, crate::policy::PolicySettings>>,
+
     /// Cache settings; the config file's `[cache]` table.
     #[command(flatten)]
     #[serde(default)]
@@ -239,6 +280,10 @@ pub struct Config {
     pub namespace_separator: String,
     pub admin_token: Option<String>,
     pub public_url: Option<String>,
+    pub policies: Policies,
+    pub auth_headers: Vec<HeaderName>,
+    pub authz_ttl: Duration,
+    pub strip_keys: KeyPatterns,
     pub cache: CacheConfig,
 }
 
@@ -273,6 +318,13 @@ impl Settings {
             namespace_separator: over.namespace_separator.or(self.namespace_separator),
             admin_token: over.admin_token.or(self.admin_token),
             public_url: over.public_url.or(self.public_url),
+            identity: over.identity.or(self.identity),
+            credentials: over.credentials.or(self.credentials),
+            auth_headers: over.auth_headers.or(self.auth_headers),
+            authz_ttl: over.authz_ttl.or(self.authz_ttl),
+            strip_keys: over.strip_keys.or(self.strip_keys),
+            inject: over.inject.or(self.inject),
+            prefixes: over.prefixes.or(self.prefixes),
             cache: CacheSettings {
                 enabled: over.cache.enabled.or(self.cache.enabled),
                 max_bytes: over.cache.max_bytes.or(self.cache.max_bytes),
@@ -317,6 +369,22 @@ impl Settings {
                 return Err(invalid("admin_token", "must not be empty when set"));
             }
         }
+        let strip_keys = self
+            .strip_keys
+            .as_ref()
+            .map_or_else(KeyPatterns::default, |keys| {
+                KeyPatterns::new(keys.iter().cloned())
+            });
+        let policies = self.policies(&strip_keys)?;
+        let auth_headers = self
+            .auth_headers
+            .iter()
+            .flatten()
+            .map(|name| {
+                HeaderName::from_bytes(name.trim().as_bytes())
+                    .map_err(|_| invalid("auth_headers", format!("{name:?} is not a header name")))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
         let log_level = self.log_level.clone().unwrap_or_else(|| "info".to_owned());
         tracing_subscriber::EnvFilter::try_new(&log_level).map_err(|e| {
             invalid(
@@ -351,6 +419,10 @@ impl Settings {
             shutdown_grace: duration("shutdown_grace", &self.shutdown_grace, "30s")?,
             namespace_separator,
             admin_token: self.admin_token.clone(),
+            policies,
+            auth_headers,
+            authz_ttl: positive_duration("authz_ttl", &self.authz_ttl, "30s")?,
+            strip_keys,
             public_url: self
                 .public_url
                 .as_deref()
@@ -358,6 +430,35 @@ impl Settings {
                 .transpose()?,
             cache,
         })
+    }
+}
+
+impl Settings {
+    fn policies(&self, strip_keys: &KeyPatterns) -> Result<Policies, ConfigError> {
+        let base = PolicySettings {
+            identity: self.identity.clone(),
+            credentials: self.credentials.clone(),
+            inject: self.inject.clone(),
+        };
+        let default = Arc::new(policy::build(
+            &base,
+            &PolicySettings::default(),
+            strip_keys,
+            "the default policy",
+        )?);
+        let mut by_prefix = std::collections::HashMap::new();
+        for (prefix, settings) in self.prefixes.iter().flatten() {
+            let built = policy::build(&base, settings, strip_keys, &format!("prefix {prefix:?}"))
+                .map_err(|e| match e {
+                ConfigError::Invalid { message, .. } => ConfigError::Invalid {
+                    key: "prefixes",
+                    message: format!("[prefixes.{prefix}]: {message}"),
+                },
+                other => other,
+            })?;
+            by_prefix.insert(prefix.clone(), Arc::new(built));
+        }
+        Ok(Policies { default, by_prefix })
     }
 }
 
@@ -544,7 +645,21 @@ impl Config {
     /// A human-readable listing of the effective settings, for `check-config`; secrets masked.
     pub fn describe(&self) -> String {
         let c = &self.cache;
-        format!(
+        let mut policies = format!("policy (default) = {}\n", self.policies.default.describe());
+        let mut prefixes: Vec<_> = self.policies.by_prefix.iter().collect();
+        prefixes.sort_by(|a, b| a.0.cmp(b.0));
+        for (prefix, policy) in prefixes {
+            policies.push_str(&format!(
+                "policy (prefix {prefix}) = {}\n",
+                policy.describe()
+            ));
+        }
+        let auth_headers: Vec<&str> = self.auth_headers.iter().map(HeaderName::as_str).collect();
+        policies.push_str(&format!(
+            "auth_headers = {auth_headers:?}\nauthz_ttl = {:?}\n",
+            self.authz_ttl
+        ));
+        let settings = format!(
             "upstream = {}\nlisten = {}\nadmin_listen = {}\nlog_format = {:?}\nlog_level = {}\n\
              connect_timeout = {:?}\nrequest_timeout = {:?}\nheader_read_timeout = {:?}\n\
              max_header_bytes = {}\nmax_connections = {}\nshutdown_grace = {:?}\n\
@@ -576,7 +691,8 @@ impl Config {
             c.fresh_for,
             c.stale_while_revalidate,
             c.stale_if_error,
-        )
+        );
+        settings + &policies
     }
 }
 

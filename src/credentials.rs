@@ -2,26 +2,19 @@
 //! credentials is never served (nor confirmed with a local 304) past the earliest expiry among
 //! them, minus a safety margin.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::LazyLock;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use bytes::Bytes;
 use serde::Deserialize;
+use serde_json::value::RawValue;
 use serde_json::Value;
 
-/// Keys whose values are secrets a catalog vends.
-const SECRET_KEYS: &[&str] = &[
-    "s3.access-key-id",
-    "s3.secret-access-key",
-    "s3.session-token",
-    "gcs.oauth2.token",
-    "adls.auth.shared-key.account.key",
-    "client.access-key-id",
-    "client.access-key-secret",
-    "client.security-token",
-    "jdbc.password",
-    "token",
-];
-const SECRET_PREFIXES: &[&str] = &["adls.sas-token.", "urn:ietf:params:oauth:token-type:"];
+use crate::policy::KeyPatterns;
+
+/// The built-in credential keys: a body holding any of them vends credentials.
+static CREDENTIAL_KEYS: LazyLock<KeyPatterns> = LazyLock::new(KeyPatterns::default);
 
 /// Keys that give a credential's expiry, in milliseconds since the epoch.
 const EXPIRY_KEYS: &[&str] = &[
@@ -82,13 +75,17 @@ impl Vended {
 /// LoadTableResult (or not JSON) and must not be cached.
 pub fn inspect(body: &[u8]) -> Result<Vended, serde_json::Error> {
     let result: LoadTableResult = serde_json::from_slice(body)?;
+    Ok(vended_by(std::iter::once(&result.config).chain(
+        result.storage_credentials.iter().map(|c| &c.config),
+    )))
+}
+
+fn vended_by<'a>(configs: impl Iterator<Item = &'a HashMap<String, Value>>) -> Vended {
     let mut vended = Vended::default();
-    let configs =
-        std::iter::once(&result.config).chain(result.storage_credentials.iter().map(|c| &c.config));
     for config in configs {
         for (key, value) in config {
             let key = key.as_str();
-            if SECRET_KEYS.contains(&key) || SECRET_PREFIXES.iter().any(|p| key.starts_with(p)) {
+            if CREDENTIAL_KEYS.matches(key) {
                 vended.has_secrets = true;
             }
             if EXPIRY_KEYS.contains(&key) || EXPIRY_PREFIXES.iter().any(|p| key.starts_with(p)) {
@@ -103,7 +100,106 @@ pub fn inspect(body: &[u8]) -> Result<Vended, serde_json::Error> {
             }
         }
     }
-    Ok(vended)
+    vended
+}
+
+/// A LoadTableResult with credential keys removed, written with `config` first so injected
+/// properties can be spliced in at response time without parsing the body again.
+#[derive(Debug)]
+pub struct Stripped {
+    pub body: Bytes,
+    /// How many keys were removed.
+    pub removed: usize,
+    /// What the body still vends (keys outside the strip list).
+    pub vended: Vended,
+    /// Whether the `config` object is empty (an injected fragment then needs no comma).
+    pub config_empty: bool,
+}
+
+/// Where injected members go in a `Stripped` body: right after `{"config":{`.
+pub const SPLICE_AT: usize = br#"{"config":{"#.len();
+
+/// Removes every key that `secret` matches from `config` and from each
+/// `storage-credentials[].config`; drops storage credentials left empty, and the array when
+/// none is left. The metadata is copied through unparsed.
+pub fn strip(body: &[u8], secret: &KeyPatterns) -> Result<Stripped, serde_json::Error> {
+    let mut top: BTreeMap<String, Box<RawValue>> = serde_json::from_slice(body)?;
+    let mut config: HashMap<String, Value> = match top.remove("config") {
+        Some(raw) => serde_json::from_str(raw.get())?,
+        None => HashMap::new(),
+    };
+    let mut removed = 0;
+    let mut remove_secrets = |map: &mut HashMap<String, Value>| {
+        let before = map.len();
+        map.retain(|key, _| !secret.matches(key));
+        removed += before - map.len();
+    };
+    remove_secrets(&mut config);
+    let mut storage: Vec<serde_json::Map<String, Value>> = match top.remove("storage-credentials") {
+        Some(raw) => serde_json::from_str(raw.get())?,
+        None => Vec::new(),
+    };
+    let mut storage_configs = Vec::new();
+    for credential in &mut storage {
+        let mut entry_config: HashMap<String, Value> = match credential.remove("config") {
+            Some(value) => serde_json::from_value(value)?,
+            None => HashMap::new(),
+        };
+        remove_secrets(&mut entry_config);
+        storage_configs.push(entry_config);
+    }
+    let vended = vended_by(std::iter::once(&config).chain(storage_configs.iter()));
+
+    let mut out = Vec::with_capacity(body.len());
+    out.extend_from_slice(br#"{"config":"#);
+    // Sorted, so that equal configs always serialise to equal bytes (and equal ETags).
+    let sorted: BTreeMap<&String, &Value> = config.iter().collect();
+    serde_json::to_writer(&mut out, &sorted)?;
+    let kept: Vec<serde_json::Map<String, Value>> = storage
+        .into_iter()
+        .zip(storage_configs)
+        .filter(|(_, c)| !c.is_empty())
+        .map(|(mut credential, c)| {
+            let sorted: serde_json::Map<String, Value> = c.into_iter().collect();
+            credential.insert("config".to_owned(), Value::Object(sorted));
+            credential
+        })
+        .collect();
+    if !kept.is_empty() {
+        out.extend_from_slice(br#","storage-credentials":"#);
+        serde_json::to_writer(&mut out, &kept)?;
+    }
+    for (key, raw) in &top {
+        out.push(b',');
+        serde_json::to_writer(&mut out, key)?;
+        out.push(b':');
+        out.extend_from_slice(raw.get().as_bytes());
+    }
+    out.push(b'}');
+    Ok(Stripped {
+        body: Bytes::from(out),
+        removed,
+        vended,
+        config_empty: config.is_empty(),
+    })
+}
+
+/// The three pieces of a served body with injected properties: the stripped body around the
+/// fragment. Nothing is copied.
+pub fn spliced(body: &Bytes, fragment: &Bytes, config_empty: bool) -> [Bytes; 3] {
+    let separator: &'static [u8] = if config_empty || fragment.is_empty() {
+        b""
+    } else {
+        b","
+    };
+    let mut middle = Vec::with_capacity(fragment.len() + 1);
+    middle.extend_from_slice(fragment);
+    middle.extend_from_slice(separator);
+    [
+        body.slice(..SPLICE_AT),
+        Bytes::from(middle),
+        body.slice(SPLICE_AT..),
+    ]
 }
 
 #[cfg(test)]
@@ -170,6 +266,58 @@ mod tests {
             v.servable_for(Duration::from_secs(5)),
             Some(Duration::from_secs(5))
         );
+    }
+
+    const VENDED: &[u8] = br#"{"metadata-location":"s3://b/m.json","metadata":{"format-version":2,"n":12345678901234567},
+        "config":{"s3.access-key-id":"AK","s3.secret-access-key":"SK","s3.session-token":"ST",
+                  "s3.session-token-expires-at-ms":"1","s3.endpoint":"http://s3","client.region":"eu"},
+        "storage-credentials":[{"prefix":"s3://b/a","config":{"s3.access-key-id":"AK2"}},
+                               {"prefix":"s3://b/c","config":{"s3.secret-access-key":"SK3","s3.signer.uri":"http://sign"}}]}"#;
+
+    #[test]
+    fn strip_removes_every_secret_and_keeps_the_rest() {
+        let stripped = strip(VENDED, &KeyPatterns::default()).unwrap();
+        let text = std::str::from_utf8(&stripped.body).unwrap();
+        for secret in ["AK", "SK", "ST", "expires-at"] {
+            assert!(!text.contains(secret), "{secret} left in {text}");
+        }
+        let value: Value = serde_json::from_slice(&stripped.body).unwrap();
+        assert_eq!(value["config"]["s3.endpoint"], "http://s3");
+        assert_eq!(value["config"]["client.region"], "eu");
+        assert_eq!(value["metadata"]["n"], 12345678901234567u64);
+        assert_eq!(value["metadata-location"], "s3://b/m.json");
+        let storage = value["storage-credentials"].as_array().unwrap();
+        assert_eq!(storage.len(), 1, "the entry left empty is dropped");
+        assert_eq!(storage[0]["config"]["s3.signer.uri"], "http://sign");
+        assert_eq!(stripped.removed, 6);
+        assert!(!stripped.vended.has_secrets);
+    }
+
+    #[test]
+    fn storage_credentials_left_empty_disappear() {
+        let body = br#"{"metadata":{},"storage-credentials":[{"prefix":"s3://b","config":{"token":"t"}}]}"#;
+        let stripped = strip(body, &KeyPatterns::default()).unwrap();
+        assert_eq!(&stripped.body[..], br#"{"config":{},"metadata":{}}"#);
+        assert!(stripped.config_empty);
+    }
+
+    #[test]
+    fn an_injected_fragment_makes_valid_json_with_or_without_other_config() {
+        let fragment = Bytes::from_static(br#""s3.access-key-id":"INJ""#);
+        for body in [
+            &br#"{"metadata":{}}"#[..],
+            br#"{"metadata":{},"config":{"a":"b"}}"#,
+        ] {
+            let stripped = strip(body, &KeyPatterns::default()).unwrap();
+            let parts = spliced(&stripped.body, &fragment, stripped.config_empty);
+            let served = parts.concat();
+            let value: Value = serde_json::from_slice(&served).unwrap();
+            assert_eq!(value["config"]["s3.access-key-id"], "INJ");
+            assert!(
+                !stripped.body.windows(3).any(|w| w == b"INJ"),
+                "the stored body holds no injected value"
+            );
+        }
     }
 
     #[test]

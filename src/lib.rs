@@ -13,6 +13,7 @@ pub mod headers;
 pub mod identity;
 pub mod logging;
 pub mod metrics;
+pub mod policy;
 pub mod proxy;
 pub mod route;
 pub mod server;
@@ -54,14 +55,10 @@ pub async fn run(config: Config, shutdown: watch::Receiver<bool>) -> Result<(), 
     let metrics = Arc::new(Metrics::new());
     let upstream = Arc::new(Upstream::new(&config, metrics.clone()));
     let case_extensions = header_case::canonical_case_extensions().await?;
-    let cache = config.cache.enabled.then(|| {
-        TableCache::new(
-            config.cache.clone(),
-            upstream.clone(),
-            metrics.clone(),
-            case_extensions,
-        )
-    });
+    let cache = config
+        .cache
+        .enabled
+        .then(|| TableCache::new(&config, upstream.clone(), metrics.clone(), case_extensions));
     let limits = Limits {
         max_header_bytes: config.max_header_bytes,
         header_read_timeout: config.header_read_timeout,
@@ -70,7 +67,7 @@ pub async fn run(config: Config, shutdown: watch::Receiver<bool>) -> Result<(), 
     };
     let state = Arc::new(AppState {
         separator: Separator::new(&config.namespace_separator),
-        identity: IdentityHasher::random().map_err(RunError::Random)?,
+        identity: IdentityHasher::random(config.auth_headers.clone()).map_err(RunError::Random)?,
         config,
         upstream,
         metrics,

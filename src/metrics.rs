@@ -20,6 +20,10 @@ pub struct Metrics {
     pub cache_bytes: IntGauge,
     pub cache_evictions: IntCounterVec,
     pub cache_invalidations: IntCounterVec,
+    pub cache_credential_caps: IntCounter,
+    pub credentials_stripped: IntCounter,
+    pub credentials_injected: IntCounter,
+    pub authz_revalidations: IntCounterVec,
 }
 
 fn counter_vec(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
@@ -131,6 +135,28 @@ impl Metrics {
                 "icecache_cache_invalidations_total",
                 "Table invalidations, by reason (the operation that caused them, or purge).",
                 &["reason"],
+            ),
+            cache_credential_caps: counter(
+                &r,
+                "icecache_cache_credential_caps_total",
+                "Entries whose lifetime was shortened because their vended credentials expire.",
+            ),
+            credentials_stripped: counter(
+                &r,
+                "icecache_credentials_stripped_total",
+                "loadTable bodies from which credential keys were removed.",
+            ),
+            credentials_injected: counter(
+                &r,
+                "icecache_credentials_injected_total",
+                "loadTable answers served with injected properties.",
+            ),
+            authz_revalidations: counter_vec(
+                &r,
+                "icecache_authz_revalidations_total",
+                "Callers checked upstream with their own credentials under identity revalidate, \
+                 by result (allowed, changed, denied, error).",
+                &["result"],
             ),
             registry: r,
         }

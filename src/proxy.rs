@@ -13,13 +13,17 @@ use serde::Deserialize;
 use tokio::time::Instant;
 
 use crate::body::{full, stream, Body};
-use crate::cache::{CacheKey, CacheOutcome, FillRequest, Lookup, TableCache, TableId, X_CACHE};
+use crate::cache::{
+    CacheKey, CacheOutcome, Caller, FillRequest, Lookup, TableCache, TableId, ACCESS_DELEGATION,
+    X_CACHE,
+};
 use crate::catalog_config::{self, Separator};
 use crate::config::Config;
 use crate::error::ProxyError;
 use crate::headers::{prepare_forwarded, remove_hop_by_hop};
-use crate::identity::IdentityHasher;
+use crate::identity::{IdentityHasher, Scope};
 use crate::metrics::Metrics;
+use crate::policy::{Identity, Policy};
 use crate::route::{classify, Operation, Route};
 use crate::upstream::{Upstream, UpstreamError};
 
@@ -86,16 +90,21 @@ type Answer = (Response<Body>, Option<CacheOutcome>);
 async fn dispatch(
     state: &AppState,
     route: Route,
-    request: Request<Incoming>,
+    mut request: Request<Incoming>,
     peer: SocketAddr,
 ) -> Result<Answer, ProxyError> {
     let operation = route.operation;
+    let policy = state.config.policies.for_prefix(route.prefix.as_deref());
+    if !policy.credentials.forwards_delegation() {
+        // Under strip and inject the catalog is not asked to vend credentials at all.
+        request.headers_mut().remove(&ACCESS_DELEGATION);
+    }
     if operation == Operation::Config {
         return config(state, request, peer).await;
     }
     if operation == Operation::LoadTable {
         if let Some(cache) = &state.cache {
-            return load_table(state, cache, route, request, peer).await;
+            return load_table(state, cache, policy, route, request, peer).await;
         }
     }
     if operation.is_mutation() {
@@ -111,18 +120,23 @@ async fn dispatch(
 async fn load_table(
     state: &AppState,
     cache: &Arc<TableCache>,
+    policy: &Arc<Policy>,
     route: Route,
     request: Request<Incoming>,
     peer: SocketAddr,
 ) -> Result<Answer, ProxyError> {
     let (parts, body) = request.into_parts();
-    let scope = state.identity.scope(&parts.headers);
+    let caller_scope = state.identity.scope(&parts.headers);
+    let entry_scope = match policy.identity {
+        Identity::PerPrincipal => caller_scope,
+        Identity::Revalidate | Identity::Shared => Scope::SHARED,
+    };
     let key = CacheKey::for_load_table(
         &route,
         parts.uri.query(),
         &parts.headers,
         &state.separator.get(),
-        scope,
+        entry_scope,
     );
     if let Some(key) = key {
         let if_none_match: Vec<HeaderValue> = parts
@@ -131,8 +145,13 @@ async fn load_table(
             .iter()
             .cloned()
             .collect();
+        let caller = Caller {
+            scope: caller_scope,
+            policy,
+            if_none_match: &if_none_match,
+        };
         let fill = || fill_request(state, &parts, peer);
-        if let Lookup::Answer(response, outcome) = cache.load(key, fill, &if_none_match).await {
+        if let Lookup::Answer(response, outcome) = cache.load(key, &caller, fill).await {
             return Ok((response, Some(outcome)));
         }
     }

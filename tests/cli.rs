@@ -157,6 +157,11 @@ fn help_explains_every_option() {
         "--namespace-separator",
         "--admin-token",
         "--public-url",
+        "--identity",
+        "--credentials",
+        "--auth-headers",
+        "--authz-ttl",
+        "--strip-keys",
         "--cache-enabled",
         "--cache-max-bytes",
         "--cache-max-entry-bytes",
@@ -174,4 +179,60 @@ fn the_shipped_example_config_is_valid() {
     let example = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/icecache.toml");
     let output = icecache(&["check-config", example]);
     assert!(output.status.success(), "{}", stderr(&output));
+}
+
+#[test]
+fn check_config_refuses_a_shared_body_with_passed_through_credentials() {
+    for identity in ["revalidate", "shared"] {
+        let file = config_file(&format!(
+            "upstream = \"http://a:1\"\nidentity = \"{identity}\"\ncredentials = \"passthrough\"\n"
+        ));
+        let output = icecache(&["check-config", file.0.to_str().unwrap()]);
+        assert_eq!(output.status.code(), Some(64), "{identity}");
+        assert!(stderr(&output).contains("unsafe"), "{}", stderr(&output));
+    }
+}
+
+#[test]
+fn check_config_refuses_an_unsafe_prefix_override() {
+    let file = config_file(
+        "upstream = \"http://a:1\"\ncredentials = \"strip\"\n\
+         [prefixes.wh]\nidentity = \"shared\"\ncredentials = \"passthrough\"\n",
+    );
+    let output = icecache(&["check-config", file.0.to_str().unwrap()]);
+    assert_eq!(output.status.code(), Some(64));
+    assert!(
+        stderr(&output).contains("prefixes.wh"),
+        "{}",
+        stderr(&output)
+    );
+}
+
+#[test]
+fn check_config_prints_the_effective_policy_per_prefix() {
+    let file = config_file(
+        "upstream = \"http://a:1\"\n[prefixes.wh]\nidentity = \"revalidate\"\ncredentials = \"strip\"\n",
+    );
+    let output = icecache(&["check-config", file.0.to_str().unwrap()]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        stdout.contains("policy (default) = identity = per-principal, credentials = passthrough"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("policy (prefix wh) = identity = revalidate, credentials = strip"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn check_config_refuses_a_secret_injected_as_a_literal_value() {
+    let file = config_file(
+        "upstream = \"http://a:1\"\ncredentials = \"inject\"\n\
+         [inject]\n\"s3.secret-access-key\" = { value = \"oops\" }\n",
+    );
+    let output = icecache(&["check-config", file.0.to_str().unwrap()]);
+    assert_eq!(output.status.code(), Some(64));
+    assert!(stderr(&output).contains("env"), "{}", stderr(&output));
 }

@@ -1,7 +1,9 @@
-//! Vended credentials and their expiry. No catalog that runs here vends credentials (SeaweedFS
-//! returns none), so these tests use a small vending upstream: it answers loadTable with a body
-//! whose `config` holds fresh S3 keys that expire after a lifetime the test chooses, and counts
-//! the loads it served. It stands in only for that; everything else is tested against SeaweedFS.
+//! Vended credentials, identity and credential policies. No catalog that runs here vends
+//! credentials (SeaweedFS returns none), so these tests use a small vending upstream: it answers
+//! loadTable with a body whose `config` and `storage-credentials` hold fresh S3 keys for the
+//! caller, expiring after a lifetime the test chooses; it refuses the caller `forbidden` with
+//! 403, and records what it received. It stands in only for that; the strip policy with a real
+//! client is tested against SeaweedFS at the end of this file.
 
 mod support;
 
@@ -29,6 +31,13 @@ fn vend(request: &Request<Incoming>, n: u64, lifetime: Duration) -> Response<Ful
         .and_then(|v| v.to_str().ok())
         .unwrap_or("anonymous")
         .to_owned();
+    if caller == "Bearer forbidden" {
+        let mut refused = json(serde_json::json!({
+            "error": { "message": "not allowed", "type": "ForbiddenException", "code": 403 }
+        }));
+        *refused.status_mut() = http::StatusCode::FORBIDDEN;
+        return refused;
+    }
     json(serde_json::json!({
         "metadata-location": "s3://bucket/db/t/metadata/v1.metadata.json",
         "metadata": { "format-version": 2, "table-uuid": "6b1b3c3e-0000-4000-8000-000000000001" },
@@ -37,7 +46,11 @@ fn vend(request: &Request<Incoming>, n: u64, lifetime: Duration) -> Response<Ful
             "s3.secret-access-key": format!("SK-{n}"),
             "s3.session-token": format!("ST-{n}"),
             "s3.session-token-expires-at-ms": (expires.as_millis() as u64).to_string(),
-        }
+            "s3.endpoint": "http://s3.local",
+        },
+        "storage-credentials": [
+            { "prefix": "s3://bucket/db", "config": { "s3.access-key-id": format!("SC-{n}-{caller}") } }
+        ]
     }))
 }
 
@@ -137,4 +150,238 @@ async fn each_caller_gets_the_credentials_vended_for_it() {
     assert_eq!(keys[0], keys[2]);
     assert_eq!(keys[1], keys[3]);
     assert_eq!(catalog.requests(), 2);
+}
+
+async fn load_as(icecache: &Icecache, caller: Option<&str>) -> reqwest::Response {
+    let mut request = reqwest::Client::new()
+        .get(format!("{}{PATH}", icecache.url))
+        .header("x-iceberg-access-delegation", "vended-credentials");
+    if let Some(caller) = caller {
+        request = request.bearer_auth(caller);
+    }
+    request.send().await.unwrap()
+}
+
+fn authorizations(catalog: &Fake) -> Vec<String> {
+    catalog
+        .headers()
+        .iter()
+        .map(|h| {
+            h.get("authorization")
+                .map_or("-".to_owned(), |v| v.to_str().unwrap().to_owned())
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_caller_without_authorization_never_gets_an_authenticated_callers_entry() {
+    let catalog = vending_catalog(Duration::from_secs(3600)).await;
+    let icecache = Icecache::start(&catalog.url, &["--fresh-for", "1h"]).await;
+    load_as(&icecache, Some("caller-a")).await;
+    let anonymous: Value = load_as(&icecache, None).await.json().await.unwrap();
+    assert_eq!(catalog.requests(), 2);
+    let key = anonymous["config"]["s3.access-key-id"].as_str().unwrap();
+    assert!(key.ends_with("anonymous"), "{key}");
+}
+
+#[tokio::test]
+async fn strip_serves_no_secret_and_asks_the_catalog_to_vend_nothing() {
+    let catalog = vending_catalog(Duration::from_secs(3600)).await;
+    let icecache = Icecache::start(&catalog.url, &["--credentials", "strip"]).await;
+    let response = load_as(&icecache, Some("caller-a")).await;
+    let tag = response.headers()[ETAG].to_str().unwrap().to_owned();
+    let text = response.text().await.unwrap();
+    for secret in ["AK-", "SK-", "ST-", "SC-", "expires-at"] {
+        assert!(!text.contains(secret), "{secret} served: {text}");
+    }
+    let body: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(body["config"]["s3.endpoint"], "http://s3.local");
+    assert!(body.get("storage-credentials").is_none());
+    assert!(catalog
+        .headers()
+        .iter()
+        .all(|h| h.get("x-iceberg-access-delegation").is_none()));
+    // The ETag is of the stripped body: a second load matches it.
+    let again = reqwest::Client::new()
+        .get(format!("{}{PATH}", icecache.url))
+        .bearer_auth("caller-a")
+        .header(IF_NONE_MATCH, &tag)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(again.status(), 304);
+    let metrics = icecache.metrics().await;
+    assert!(support::metric(&metrics, "icecache_credentials_stripped_total") >= 1.0);
+}
+
+#[tokio::test]
+async fn inject_serves_configured_keys_read_from_env_and_file() {
+    let catalog = vending_catalog(Duration::from_secs(3600)).await;
+    let dir = std::env::temp_dir().join(format!("icecache-inject-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let secret_file = dir.join("secret");
+    std::fs::write(&secret_file, "secret-from-file\n").unwrap();
+    let config = dir.join("icecache.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "credentials = \"inject\"\n[inject]\n\
+             \"s3.access-key-id\" = {{ env = \"TEST_INJECT_KEY\" }}\n\
+             \"s3.secret-access-key\" = {{ file = \"{}\" }}\n\
+             \"client.region\" = {{ value = \"eu-west-1\" }}\n",
+            secret_file.display()
+        ),
+    )
+    .unwrap();
+    let icecache = Icecache::start_with_env(
+        &catalog.url,
+        &["--config", config.to_str().unwrap()],
+        &[("TEST_INJECT_KEY", "key-from-env")],
+    )
+    .await;
+    for expected in ["MISS", "HIT"] {
+        let response = load_as(&icecache, Some("caller-a")).await;
+        assert_eq!(response.headers()["x-cache"], expected);
+        let body: Value = response.json().await.unwrap();
+        assert_eq!(body["config"]["s3.access-key-id"], "key-from-env");
+        assert_eq!(body["config"]["s3.secret-access-key"], "secret-from-file");
+        assert_eq!(body["config"]["client.region"], "eu-west-1");
+        assert_eq!(body["config"]["s3.endpoint"], "http://s3.local");
+        assert!(body["config"].get("s3.session-token").is_none());
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test]
+async fn revalidate_checks_each_new_caller_upstream_with_its_own_token() {
+    let catalog = vending_catalog(Duration::from_secs(3600)).await;
+    let icecache = Icecache::start(
+        &catalog.url,
+        &[
+            "--identity",
+            "revalidate",
+            "--credentials",
+            "strip",
+            "--fresh-for",
+            "1h",
+        ],
+    )
+    .await;
+    let a = load_as(&icecache, Some("caller-a")).await;
+    assert_eq!(a.headers()["x-cache"], "MISS");
+    let a_body = a.bytes().await.unwrap();
+    let b = load_as(&icecache, Some("caller-b")).await;
+    assert_eq!(b.status(), 200);
+    assert_eq!(b.headers()["x-cache"], "REVALIDATED");
+    assert_eq!(b.bytes().await.unwrap(), a_body, "one shared body");
+    assert_eq!(
+        authorizations(&catalog),
+        ["Bearer caller-a", "Bearer caller-b"]
+    );
+    let b_again = load_as(&icecache, Some("caller-b")).await;
+    assert_eq!(b_again.headers()["x-cache"], "HIT");
+    assert_eq!(catalog.requests(), 2);
+}
+
+#[tokio::test]
+async fn revalidate_returns_the_catalogs_refusal_even_when_the_body_is_cached() {
+    let catalog = vending_catalog(Duration::from_secs(3600)).await;
+    let icecache = Icecache::start(
+        &catalog.url,
+        &[
+            "--identity",
+            "revalidate",
+            "--credentials",
+            "strip",
+            "--fresh-for",
+            "1h",
+        ],
+    )
+    .await;
+    assert_eq!(load_as(&icecache, Some("caller-a")).await.status(), 200);
+    let forbidden = load_as(&icecache, Some("forbidden")).await;
+    assert_eq!(forbidden.status(), 403);
+    let body: Value = forbidden.json().await.unwrap();
+    assert_eq!(body["error"]["code"], 403);
+    let anonymous = load_as(&icecache, None).await;
+    assert_eq!(
+        anonymous.status(),
+        200,
+        "the vending catalog lets anonymous callers in"
+    );
+    assert_eq!(
+        authorizations(&catalog),
+        ["Bearer caller-a", "Bearer forbidden", "-"]
+    );
+}
+
+#[tokio::test]
+async fn revalidate_confirmations_expire_after_authz_ttl() {
+    let catalog = vending_catalog(Duration::from_secs(3600)).await;
+    let icecache = Icecache::start(
+        &catalog.url,
+        &[
+            "--identity",
+            "revalidate",
+            "--credentials",
+            "strip",
+            "--fresh-for",
+            "1h",
+            "--authz-ttl",
+            "300ms",
+        ],
+    )
+    .await;
+    load_as(&icecache, Some("caller-a")).await;
+    assert_eq!(
+        load_as(&icecache, Some("caller-a")).await.headers()["x-cache"],
+        "HIT"
+    );
+    assert_eq!(catalog.requests(), 1);
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let later = load_as(&icecache, Some("caller-a")).await;
+    assert_eq!(later.headers()["x-cache"], "REVALIDATED");
+    assert_eq!(catalog.requests(), 2);
+}
+
+#[tokio::test]
+async fn shared_identity_serves_every_caller_one_stripped_entry() {
+    let catalog = vending_catalog(Duration::from_secs(3600)).await;
+    let icecache = Icecache::start(
+        &catalog.url,
+        &[
+            "--identity",
+            "shared",
+            "--credentials",
+            "strip",
+            "--fresh-for",
+            "1h",
+        ],
+    )
+    .await;
+    load_as(&icecache, Some("caller-a")).await;
+    let b = load_as(&icecache, Some("caller-b")).await;
+    assert_eq!(b.headers()["x-cache"], "HIT");
+    assert_eq!(catalog.requests(), 1);
+}
+
+#[tokio::test]
+async fn under_strip_pyiceberg_still_loads_and_scans_with_its_own_keys() {
+    let relay = support::relay::Relay::start(&support::catalog()).await;
+    let icecache = Icecache::start(&relay.url, &["--credentials", "strip"]).await;
+    let namespace = support::unique("ns_strip");
+    let appended =
+        support::pyiceberg_async(&icecache.url, &["append", &namespace, "events", "4"]).await;
+    let scanned = support::pyiceberg_async(&icecache.url, &["scan", &namespace, "events"]).await;
+    assert_eq!(scanned["rows"], 4);
+    assert_eq!(scanned["snapshot"], appended["snapshot"]);
+    let seen = relay.seen();
+    assert!(seen
+        .iter()
+        .any(|s| s.path_and_query.contains("/tables/events")));
+    assert!(
+        seen.iter()
+            .all(|s| s.headers.get("x-iceberg-access-delegation").is_none()),
+        "pyiceberg asks for vended credentials; under strip the catalog must not hear it"
+    );
 }

@@ -4,10 +4,11 @@
 mod key;
 mod store;
 
-pub use key::{CacheKey, TableId};
+pub use key::{CacheKey, TableId, ACCESS_DELEGATION};
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use bytes::Bytes;
 use futures::future::{BoxFuture, FutureExt, Shared};
@@ -16,12 +17,16 @@ use http::{Extensions, Request, Response, StatusCode, Uri};
 use http_body_util::{BodyExt, Limited};
 use tokio::time::Instant;
 
+use crate::body::chain;
 use crate::body::{empty, full, Body};
-use crate::config::CacheConfig;
+use crate::config::{CacheConfig, Config};
+use crate::credentials::{self, spliced, Vended};
 use crate::error::iceberg_error;
 use crate::etag::{if_none_match_matches, strong_etag};
 use crate::headers::remove_hop_by_hop;
+use crate::identity::Scope;
 use crate::metrics::Metrics;
+use crate::policy::{Credentials, Identity, Injection, KeyPatterns, Policy};
 use crate::route::Operation;
 use crate::upstream::{Upstream, UpstreamError};
 use store::{Entry, FillTicket, NewEntry, Store};
@@ -98,6 +103,43 @@ struct Buffered {
     body: Bytes,
 }
 
+impl Buffered {
+    fn response(&self, label: CacheOutcome) -> Response<Body> {
+        let mut response = Response::new(full(self.body.clone()));
+        *response.status_mut() = self.status;
+        *response.headers_mut() = self.headers.clone();
+        response
+            .headers_mut()
+            .insert(X_CACHE.clone(), HeaderValue::from_static(label.as_str()));
+        response
+    }
+}
+
+/// The fill's leader: whose credentials fetched the entry, under which policy.
+struct FillLeader {
+    scope: Scope,
+    policy: Arc<Policy>,
+}
+
+/// A LoadTableResult after the credential policy, with the ETag of what will be served.
+struct Prepared {
+    body: Bytes,
+    vended: Vended,
+    injection: Option<Arc<Injection>>,
+    config_empty: bool,
+    etag: HeaderValue,
+    length: usize,
+}
+
+enum BodyError {
+    TooLarge,
+    Upstream(UpstreamError),
+}
+
+fn upstream_error(error: &UpstreamError) -> Response<Body> {
+    iceberg_error(error.status(), error.error_type(), &error.to_string())
+}
+
 enum FillOutcome {
     Stored(Arc<Entry>),
     Uncacheable(Buffered),
@@ -108,10 +150,20 @@ enum FillOutcome {
 
 type SharedFill = Shared<BoxFuture<'static, Arc<FillOutcome>>>;
 
+/// Who is asking, under which policy, and what they already hold.
+pub struct Caller<'a> {
+    /// The caller's own identity scope (the key's scope may be shared).
+    pub scope: Scope,
+    pub policy: &'a Arc<Policy>,
+    pub if_none_match: &'a [HeaderValue],
+}
+
 pub struct TableCache {
     store: Store,
     inflight: Mutex<HashMap<CacheKey, SharedFill>>,
     config: CacheConfig,
+    strip_keys: KeyPatterns,
+    authz_ttl: Duration,
     upstream: Arc<Upstream>,
     metrics: Arc<Metrics>,
     case_extensions: Extensions,
@@ -119,17 +171,22 @@ pub struct TableCache {
 
 impl TableCache {
     pub fn new(
-        config: CacheConfig,
+        config: &Config,
         upstream: Arc<Upstream>,
         metrics: Arc<Metrics>,
         case_extensions: Extensions,
     ) -> Arc<Self> {
+        let strip_keys = config.strip_keys.clone();
+        let authz_ttl = config.authz_ttl;
+        let config = config.cache.clone();
         let retain_for =
             config.fresh_for + config.stale_while_revalidate.max(config.stale_if_error);
         Arc::new(TableCache {
             store: Store::new(config.max_bytes, retain_for, metrics.clone()),
             inflight: Mutex::default(),
             config,
+            strip_keys,
+            authz_ttl,
             upstream,
             metrics,
             case_extensions,
@@ -137,41 +194,65 @@ impl TableCache {
     }
 
     /// Answers a loadTable request from the cache, filling or revalidating as needed.
-    /// `make_request` builds the upstream request; it runs only when this call starts a fill, so
-    /// a hit costs no header copying.
+    /// `make_request` builds the upstream request with the caller's headers; it runs only when
+    /// the caller needs the catalog, so a hit costs no header copying.
     pub async fn load(
         self: &Arc<Self>,
         key: CacheKey,
-        make_request: impl FnOnce() -> Result<FillRequest, UpstreamError>,
-        if_none_match: &[HeaderValue],
+        caller: &Caller<'_>,
+        make_request: impl Fn() -> Result<FillRequest, UpstreamError>,
+    ) -> Lookup {
+        self.load_once(key, caller, &make_request, true).await
+    }
+
+    async fn load_once(
+        self: &Arc<Self>,
+        key: CacheKey,
+        caller: &Caller<'_>,
+        make_request: &(impl Fn() -> Result<FillRequest, UpstreamError> + ?Sized),
+        may_refill: bool,
     ) -> Lookup {
         let now = Instant::now();
         let Some(entry) = self.store.get(&key) else {
-            let (outcome, led) = self.join_fill(key, make_request, None);
+            let (outcome, led) = self.join_fill(&key, caller, make_request, None);
             let outcome = outcome.await;
             let label = if led {
                 CacheOutcome::Miss
             } else {
                 CacheOutcome::Coalesced
             };
-            return self.answer(&outcome, label, if_none_match);
+            return self
+                .answer(&key, &outcome, label, led, caller, make_request, may_refill)
+                .await;
         };
         if now < entry.fresh_until {
-            return Lookup::Answer(
-                self.serve(&entry, CacheOutcome::Hit, if_none_match),
-                CacheOutcome::Hit,
-            );
+            return self
+                .deliver(
+                    &key,
+                    &entry,
+                    CacheOutcome::Hit,
+                    caller,
+                    make_request,
+                    may_refill,
+                )
+                .await;
         }
         let stale_for = now.duration_since(entry.fresh_until);
         if stale_for < self.config.stale_while_revalidate {
             // Started and left running: the fill task outlives this request.
-            let _background = self.join_fill(key, make_request, Some(entry.clone()));
-            return Lookup::Answer(
-                self.serve(&entry, CacheOutcome::Stale, if_none_match),
-                CacheOutcome::Stale,
-            );
+            let _background = self.join_fill(&key, caller, make_request, Some(entry.clone()));
+            return self
+                .deliver(
+                    &key,
+                    &entry,
+                    CacheOutcome::Stale,
+                    caller,
+                    make_request,
+                    may_refill,
+                )
+                .await;
         }
-        let (outcome, led) = self.join_fill(key, make_request, Some(entry.clone()));
+        let (outcome, led) = self.join_fill(&key, caller, make_request, Some(entry.clone()));
         let outcome = outcome.await;
         let upstream_failed = match &*outcome {
             FillOutcome::Failed(_) => true,
@@ -179,37 +260,146 @@ impl TableCache {
             _ => false,
         };
         if upstream_failed && stale_for < self.config.stale_if_error {
-            return Lookup::Answer(
-                self.serve(&entry, CacheOutcome::Stale, if_none_match),
-                CacheOutcome::Stale,
-            );
+            return self
+                .deliver(
+                    &key,
+                    &entry,
+                    CacheOutcome::Stale,
+                    caller,
+                    make_request,
+                    may_refill,
+                )
+                .await;
         }
         let label = if led {
             CacheOutcome::Revalidated
         } else {
             CacheOutcome::Coalesced
         };
-        self.answer(&outcome, label, if_none_match)
+        self.answer(&key, &outcome, label, led, caller, make_request, may_refill)
+            .await
     }
 
-    fn answer(&self, outcome: &FillOutcome, label: CacheOutcome, inm: &[HeaderValue]) -> Lookup {
+    #[allow(clippy::too_many_arguments)]
+    async fn answer(
+        self: &Arc<Self>,
+        key: &CacheKey,
+        outcome: &FillOutcome,
+        label: CacheOutcome,
+        led: bool,
+        caller: &Caller<'_>,
+        make_request: &(impl Fn() -> Result<FillRequest, UpstreamError> + ?Sized),
+        may_refill: bool,
+    ) -> Lookup {
         match outcome {
-            FillOutcome::Stored(entry) => Lookup::Answer(self.serve(entry, label, inm), label),
-            FillOutcome::Uncacheable(buffered) => {
-                let mut response = Response::new(full(buffered.body.clone()));
-                *response.status_mut() = buffered.status;
-                *response.headers_mut() = buffered.headers.clone();
-                response
-                    .headers_mut()
-                    .insert(X_CACHE.clone(), HeaderValue::from_static(label.as_str()));
-                Lookup::Answer(response, label)
+            FillOutcome::Stored(entry) => {
+                self.deliver(key, entry, label, caller, make_request, may_refill)
+                    .await
             }
+            // Under `revalidate` the fill was made with another caller's credentials: its
+            // answer (a 403, say) says nothing about this caller, who asks for itself.
+            FillOutcome::Uncacheable(_)
+                if !led && caller.policy.identity == Identity::Revalidate =>
+            {
+                Lookup::PassThrough
+            }
+            FillOutcome::Uncacheable(buffered) => Lookup::Answer(buffered.response(label), label),
             FillOutcome::TooLarge => Lookup::PassThrough,
-            FillOutcome::Failed(error) => Lookup::Answer(
-                iceberg_error(error.status(), error.error_type(), &error.to_string()),
-                label,
-            ),
+            FillOutcome::Failed(error) => Lookup::Answer(upstream_error(error), label),
         }
+    }
+
+    /// Serves an entry to a caller that may have it: under `revalidate`, a caller not yet
+    /// confirmed for this entry is first checked upstream with its own credentials.
+    async fn deliver(
+        self: &Arc<Self>,
+        key: &CacheKey,
+        entry: &Arc<Entry>,
+        label: CacheOutcome,
+        caller: &Caller<'_>,
+        make_request: &(impl Fn() -> Result<FillRequest, UpstreamError> + ?Sized),
+        may_refill: bool,
+    ) -> Lookup {
+        if caller.policy.identity == Identity::Revalidate && !entry.is_confirmed(&caller.scope) {
+            return self
+                .authorize(key, entry, caller, make_request, may_refill)
+                .await;
+        }
+        Lookup::Answer(self.serve(entry, label, caller.if_none_match), label)
+    }
+
+    /// Asks the catalog, with the caller's own credentials, whether the caller may have the
+    /// entry's version: a 304 (or an identical body) confirms it; a refusal goes back as is.
+    async fn authorize(
+        self: &Arc<Self>,
+        key: &CacheKey,
+        entry: &Arc<Entry>,
+        caller: &Caller<'_>,
+        make_request: &(impl Fn() -> Result<FillRequest, UpstreamError> + ?Sized),
+        may_refill: bool,
+    ) -> Lookup {
+        let result = |label: &str| {
+            self.metrics
+                .authz_revalidations
+                .with_label_values(&[label])
+                .inc()
+        };
+        let request = match make_request() {
+            Ok(request) => request,
+            Err(e) => return Lookup::Answer(upstream_error(&e), CacheOutcome::Revalidated),
+        };
+        let response = match self.send_get(request, entry.upstream_etag.clone()).await {
+            Ok(response) => response,
+            Err(e) => {
+                result("error");
+                return Lookup::Answer(upstream_error(&e), CacheOutcome::Revalidated);
+            }
+        };
+        let label = CacheOutcome::Revalidated;
+        let (mut parts, body) = response.into_parts();
+        remove_hop_by_hop(&mut parts.headers);
+        if parts.status == StatusCode::NOT_MODIFIED && entry.upstream_etag.is_some() {
+            result("allowed");
+            entry.confirm(caller.scope, Instant::now() + self.authz_ttl);
+            return Lookup::Answer(self.serve(entry, label, caller.if_none_match), label);
+        }
+        let body = match self.read_body(body).await {
+            Ok(body) => body,
+            Err(BodyError::TooLarge) => return Lookup::PassThrough,
+            Err(BodyError::Upstream(e)) => {
+                result("error");
+                return Lookup::Answer(upstream_error(&e), label);
+            }
+        };
+        if parts.status == StatusCode::OK && is_cacheable(parts.status, &parts.headers) {
+            let same = self
+                .prepare(key, &body, caller.policy)
+                .is_some_and(|prepared| prepared.etag == entry.etag);
+            if same {
+                result("allowed");
+                entry.confirm(caller.scope, Instant::now() + self.authz_ttl);
+                return Lookup::Answer(self.serve(entry, label, caller.if_none_match), label);
+            }
+            // The table moved on since the entry was filled: refill it with this caller's
+            // credentials (once; a table changing that fast is passed through).
+            result("changed");
+            self.store.remove(key);
+            if may_refill {
+                return Box::pin(self.load_once(key.clone(), caller, make_request, false)).await;
+            }
+            return Lookup::PassThrough;
+        }
+        result(if parts.status.is_client_error() {
+            "denied"
+        } else {
+            "error"
+        });
+        let buffered = Buffered {
+            status: parts.status,
+            headers: parts.headers,
+            body,
+        };
+        Lookup::Answer(buffered.response(label), label)
     }
 
     /// Builds the answer from an entry: 304 when the client's `If-None-Match` matches, else the
@@ -235,7 +425,18 @@ impl TableCache {
             r.headers_mut().insert(header::ETAG, entry.etag.clone());
             r
         } else {
-            let mut r = Response::new(full(entry.body.clone()));
+            let body = match &entry.injection {
+                Some(injection) => {
+                    self.metrics.credentials_injected.inc();
+                    chain(spliced(
+                        &entry.body,
+                        &injection.fragment,
+                        entry.config_empty,
+                    ))
+                }
+                None => full(entry.body.clone()),
+            };
+            let mut r = Response::new(body);
             *r.headers_mut() = entry.headers.clone();
             r
         };
@@ -251,19 +452,20 @@ impl TableCache {
     /// call started it.
     fn join_fill(
         self: &Arc<Self>,
-        key: CacheKey,
-        make_request: impl FnOnce() -> Result<FillRequest, UpstreamError>,
+        key: &CacheKey,
+        caller: &Caller<'_>,
+        make_request: &(impl Fn() -> Result<FillRequest, UpstreamError> + ?Sized),
         stale: Option<Arc<Entry>>,
     ) -> (SharedFill, bool) {
         let mut inflight = self.inflight.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(fill) = inflight.get(&key) {
+        if let Some(fill) = inflight.get(key) {
             self.metrics.cache_coalesced_waiters.inc();
             return (fill.clone(), false);
         }
         // A fill that finished between this request's lookup and taking the lock has stored
         // its entry already: serve that instead of asking upstream again.
         if stale.is_none() {
-            if let Some(entry) = self.store.get(&key) {
+            if let Some(entry) = self.store.get(key) {
                 let done: SharedFill = futures::future::ready(Arc::new(FillOutcome::Stored(entry)))
                     .boxed()
                     .shared();
@@ -282,8 +484,14 @@ impl TableCache {
         let ticket = self.store.begin_fill(&key.table);
         let cache = self.clone();
         let task_key = key.clone();
+        let leader = FillLeader {
+            scope: caller.scope,
+            policy: caller.policy.clone(),
+        };
         let task = tokio::spawn(async move {
-            let outcome = cache.fill(&task_key, request, stale, &ticket).await;
+            let outcome = cache
+                .fill(&task_key, request, stale, &ticket, &leader)
+                .await;
             cache.store.end_fill(ticket, &task_key.table);
             cache
                 .inflight
@@ -302,7 +510,7 @@ impl TableCache {
         }
         .boxed()
         .shared();
-        inflight.insert(key, fill.clone());
+        inflight.insert(key.clone(), fill.clone());
         (fill, true)
     }
 
@@ -313,9 +521,10 @@ impl TableCache {
         request: FillRequest,
         stale: Option<Arc<Entry>>,
         ticket: &FillTicket,
+        leader: &FillLeader,
     ) -> FillOutcome {
         let revalidating = stale.is_some();
-        let outcome = self.fetch(key, request, stale, ticket).await;
+        let outcome = self.fetch(key, request, stale, ticket, leader).await;
         if revalidating {
             let result = match &outcome {
                 FillOutcome::Stored(_) | FillOutcome::Uncacheable(_) | FillOutcome::TooLarge => {
@@ -350,33 +559,101 @@ impl TableCache {
         outcome
     }
 
+    /// A GET to the catalog with the given headers, conditional on `upstream_etag` when given.
+    async fn send_get(
+        &self,
+        request: FillRequest,
+        upstream_etag: Option<HeaderValue>,
+    ) -> Result<Response<hyper::body::Incoming>, UpstreamError> {
+        let mut upstream_request = Request::get(request.uri);
+        if let Some(headers) = upstream_request.headers_mut() {
+            *headers = request.headers;
+            if let Some(etag) = upstream_etag {
+                headers.insert(header::IF_NONE_MATCH, etag);
+            }
+        }
+        let upstream_request = upstream_request
+            .body(empty())
+            .map_err(|e| UpstreamError::BadUri(e.to_string()))?;
+        self.upstream
+            .send(Operation::LoadTable, upstream_request)
+            .await
+    }
+
+    /// Reads a catalog body whole, up to `max_entry_bytes` and within the request timeout.
+    async fn read_body(&self, body: hyper::body::Incoming) -> Result<Bytes, BodyError> {
+        let limit = usize::try_from(self.config.max_entry_bytes).unwrap_or(usize::MAX);
+        let timeout = self.upstream.request_timeout();
+        match tokio::time::timeout(timeout, Limited::new(body, limit).collect()).await {
+            Err(_) => Err(BodyError::Upstream(UpstreamError::Timeout {
+                upstream: "catalog body".to_owned(),
+                timeout,
+            })),
+            Ok(Err(e))
+                if e.downcast_ref::<http_body_util::LengthLimitError>()
+                    .is_some() =>
+            {
+                Err(BodyError::TooLarge)
+            }
+            Ok(Err(e)) => Err(BodyError::Upstream(UpstreamError::Protocol {
+                upstream: "catalog".to_owned(),
+                message: format!("response body broke off: {e}"),
+            })),
+            Ok(Ok(collected)) => Ok(collected.to_bytes()),
+        }
+    }
+
+    /// Applies the credential policy to a LoadTableResult and computes the ETag of what will be
+    /// served; None when the body is not a LoadTableResult.
+    fn prepare(&self, key: &CacheKey, body: &Bytes, policy: &Policy) -> Option<Prepared> {
+        let injection = match policy.credentials {
+            Credentials::Passthrough => None,
+            Credentials::Strip | Credentials::Inject => policy.injection.clone(),
+        };
+        let (body, vended, config_empty) = match policy.credentials {
+            Credentials::Passthrough => (body.clone(), credentials::inspect(body).ok()?, false),
+            Credentials::Strip | Credentials::Inject => {
+                let stripped = credentials::strip(body, &self.strip_keys).ok()?;
+                if stripped.removed > 0 {
+                    self.metrics.credentials_stripped.inc();
+                }
+                (stripped.body, stripped.vended, stripped.config_empty)
+            }
+        };
+        let representation = key.snapshots.as_str();
+        let (etag, length) = match &injection {
+            Some(injection) => {
+                let parts = spliced(&body, &injection.fragment, config_empty);
+                let length = parts.iter().map(Bytes::len).sum();
+                (strong_etag(representation, &parts.concat()), length)
+            }
+            None => (strong_etag(representation, &body), body.len()),
+        };
+        Some(Prepared {
+            body,
+            vended,
+            injection,
+            config_empty,
+            etag,
+            length,
+        })
+    }
+
     async fn fetch(
         &self,
         key: &CacheKey,
         request: FillRequest,
         stale: Option<Arc<Entry>>,
         ticket: &FillTicket,
+        leader: &FillLeader,
     ) -> FillOutcome {
-        let mut upstream_request = Request::get(request.uri);
-        if let Some(headers) = upstream_request.headers_mut() {
-            *headers = request.headers;
-            if let Some(etag) = stale.as_ref().and_then(|e| e.upstream_etag.clone()) {
-                headers.insert(header::IF_NONE_MATCH, etag);
-            }
-        }
-        let upstream_request = match upstream_request.body(empty()) {
-            Ok(r) => r,
-            Err(e) => return FillOutcome::Failed(UpstreamError::BadUri(e.to_string())),
-        };
-        let response = match self
-            .upstream
-            .send(Operation::LoadTable, upstream_request)
-            .await
-        {
+        // Freshness counts from when the catalog was asked, not from when it finished answering.
+        let requested_at = Instant::now();
+        let upstream_etag = stale.as_ref().and_then(|e| e.upstream_etag.clone());
+        let response = match self.send_get(request, upstream_etag).await {
             Ok(r) => r,
             Err(e) => return FillOutcome::Failed(e),
         };
-        let requested_at = Instant::now();
         let (mut parts, body) = response.into_parts();
         remove_hop_by_hop(&mut parts.headers);
 
@@ -391,7 +668,7 @@ impl TableCache {
                 .cache_revalidations
                 .with_label_values(&["not_modified"])
                 .inc();
-            return self.store_entry(key, ticket, self.refreshed(&old, requested_at));
+            return self.store_entry(key, ticket, leader, self.refreshed(&old, requested_at));
         }
 
         let declared_length = parts
@@ -402,52 +679,35 @@ impl TableCache {
         if declared_length.is_some_and(|n| n > self.config.max_entry_bytes) {
             return FillOutcome::TooLarge;
         }
-        let limit = usize::try_from(self.config.max_entry_bytes).unwrap_or(usize::MAX);
-        let collected = tokio::time::timeout(
-            self.upstream.request_timeout(),
-            Limited::new(body, limit).collect(),
-        )
-        .await;
-        let body = match collected {
-            Err(_) => {
-                return FillOutcome::Failed(UpstreamError::Timeout {
-                    upstream: "catalog body".to_owned(),
-                    timeout: self.upstream.request_timeout(),
-                })
-            }
-            Ok(Err(e))
-                if e.downcast_ref::<http_body_util::LengthLimitError>()
-                    .is_some() =>
-            {
-                return FillOutcome::TooLarge
-            }
-            Ok(Err(e)) => {
-                return FillOutcome::Failed(UpstreamError::Protocol {
-                    upstream: "catalog".to_owned(),
-                    message: format!("response body broke off: {e}"),
-                })
-            }
-            Ok(Ok(collected)) => collected.to_bytes(),
+        let body = match self.read_body(body).await {
+            Ok(body) => body,
+            Err(BodyError::TooLarge) => return FillOutcome::TooLarge,
+            Err(BodyError::Upstream(e)) => return FillOutcome::Failed(e),
         };
-
-        let vended = if is_cacheable(parts.status, &parts.headers) {
-            crate::credentials::inspect(&body).ok()
+        let prepared = if is_cacheable(parts.status, &parts.headers) {
+            self.prepare(key, &body, &leader.policy)
         } else {
             None
         };
-        let Some(vended) = vended else {
+        let Some(prepared) = prepared else {
             return FillOutcome::Uncacheable(Buffered {
                 status: parts.status,
                 headers: parts.headers,
                 body,
             });
         };
-        let servable_until = vended
-            .servable_for(self.config.fresh_for)
-            .map(|servable| requested_at + servable);
-        let etag = strong_etag(key.snapshots.as_str(), &body);
+        let servable = prepared.vended.servable_for(self.config.fresh_for);
+        let retained = self.config.fresh_for
+            + self
+                .config
+                .stale_if_error
+                .max(self.config.stale_while_revalidate);
+        if servable.is_some_and(|servable| servable < retained) {
+            self.metrics.cache_credential_caps.inc();
+        }
+        let servable_until = servable.map(|servable| requested_at + servable);
         if let Some(old) = &stale {
-            let result = if old.etag == etag {
+            let result = if old.etag == prepared.etag {
                 "unchanged"
             } else {
                 "changed"
@@ -458,15 +718,18 @@ impl TableCache {
                 .inc();
         }
         let upstream_etag = parts.headers.get(header::ETAG).cloned();
-        let headers = entry_headers(parts.headers, &etag, body.len());
+        let headers = entry_headers(parts.headers, &prepared.etag, prepared.length);
         self.store_entry(
             key,
             ticket,
+            leader,
             NewEntry {
-                body,
+                body: prepared.body,
                 headers,
-                etag,
+                etag: prepared.etag,
                 upstream_etag,
+                injection: prepared.injection,
+                config_empty: prepared.config_empty,
                 stored_at: requested_at,
                 fresh_until: capped(requested_at + self.config.fresh_for, servable_until),
                 servable_until,
@@ -480,24 +743,30 @@ impl TableCache {
             headers: old.headers.clone(),
             etag: old.etag.clone(),
             upstream_etag: old.upstream_etag.clone(),
+            injection: old.injection.clone(),
+            config_empty: old.config_empty,
             stored_at: now,
             fresh_until: capped(now + self.config.fresh_for, old.servable_until),
             servable_until: old.servable_until,
         }
     }
 
-    fn store_entry(&self, key: &CacheKey, ticket: &FillTicket, new: NewEntry) -> FillOutcome {
-        let served = Buffered {
-            status: StatusCode::OK,
-            headers: new.headers.clone(),
-            body: new.body.clone(),
+    /// Stores a fill's entry, confirmed for the caller whose credentials fetched it. When a
+    /// write invalidated the table while the fill was in flight, the entry is not stored: its
+    /// waiters asked before that write finished and may have it, later readers may not.
+    fn store_entry(
+        &self,
+        key: &CacheKey,
+        ticket: &FillTicket,
+        leader: &FillLeader,
+        new: NewEntry,
+    ) -> FillOutcome {
+        let entry = match self.store.insert(ticket, key.clone(), new) {
+            Ok(stored) => stored,
+            Err(unstored) => unstored,
         };
-        match self.store.insert(ticket, key.clone(), new) {
-            Some(entry) => FillOutcome::Stored(entry),
-            // A write invalidated the table while this fill was in flight. The waiters asked
-            // before that write finished, so they may have this answer; later readers may not.
-            None => FillOutcome::Uncacheable(served),
-        }
+        entry.confirm(leader.scope, Instant::now() + self.authz_ttl);
+        FillOutcome::Stored(entry)
     }
 
     pub fn invalidate_table(&self, table: &TableId, reason: Operation) {

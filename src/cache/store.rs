@@ -7,7 +7,7 @@
 //! moved, and every read checks the entry's generation, so a response fetched before a write can
 //! never be served after that write's invalidation, however the two interleave.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -19,7 +19,9 @@ use moka::notification::RemovalCause;
 use tokio::time::Instant;
 
 use super::key::{CacheKey, TableId};
+use crate::identity::Scope;
 use crate::metrics::Metrics;
+use crate::policy::Injection;
 
 #[derive(Default)]
 pub struct TableState {
@@ -53,6 +55,12 @@ pub struct Entry {
     /// Past this instant the body's vended credentials are too close to expiry: the entry is
     /// neither served nor confirmed with a 304, stale or not.
     pub servable_until: Option<Instant>,
+    /// Properties spliced into `config` when served; their values are never in `body`.
+    pub injection: Option<Arc<Injection>>,
+    pub config_empty: bool,
+    /// Under identity `revalidate`: the callers confirmed upstream for this version, and until
+    /// when. A new version is a new entry, with no confirmations.
+    confirmed: Mutex<HashMap<Scope, Instant>>,
     generation: u64,
     table: Arc<TableState>,
 }
@@ -63,6 +71,20 @@ impl Entry {
             && self
                 .servable_until
                 .is_none_or(|until| Instant::now() < until)
+    }
+
+    pub fn confirm(&self, scope: Scope, until: Instant) {
+        let mut confirmed = self.confirmed.lock().unwrap_or_else(|p| p.into_inner());
+        let now = Instant::now();
+        confirmed.retain(|_, until| *until > now);
+        confirmed.insert(scope, until);
+    }
+
+    pub fn is_confirmed(&self, scope: &Scope) -> bool {
+        let confirmed = self.confirmed.lock().unwrap_or_else(|p| p.into_inner());
+        confirmed
+            .get(scope)
+            .is_some_and(|until| Instant::now() < *until)
     }
 
     /// Bytes this entry holds, for the memory bound.
@@ -94,6 +116,8 @@ pub struct NewEntry {
     pub stored_at: Instant,
     pub fresh_until: Instant,
     pub servable_until: Option<Instant>,
+    pub injection: Option<Arc<Injection>>,
+    pub config_empty: bool,
 }
 
 pub struct Store {
@@ -152,8 +176,14 @@ impl Store {
         }
     }
 
-    /// Stores a fill's result, unless the table was invalidated since the fill began.
-    pub fn insert(&self, ticket: &FillTicket, key: CacheKey, new: NewEntry) -> Option<Arc<Entry>> {
+    /// Stores a fill's result, unless the table was invalidated since the fill began; the
+    /// entry comes back either way, `Err` when it was not stored.
+    pub fn insert(
+        &self,
+        ticket: &FillTicket,
+        key: CacheKey,
+        new: NewEntry,
+    ) -> Result<Arc<Entry>, Arc<Entry>> {
         let entry = Arc::new(Entry {
             body: new.body,
             headers: new.headers,
@@ -162,6 +192,9 @@ impl Store {
             stored_at: new.stored_at,
             fresh_until: new.fresh_until,
             servable_until: new.servable_until,
+            injection: new.injection,
+            config_empty: new.config_empty,
+            confirmed: Mutex::default(),
             generation: ticket.generation,
             table: ticket.table.clone(),
         });
@@ -169,14 +202,14 @@ impl Store {
         // it; one that already bumped the generation is caught by the checks around the insert.
         ticket.table.keys().insert(key.clone());
         if ticket.table.generation() != ticket.generation {
-            return None;
+            return Err(entry);
         }
         self.entries.insert(key.clone(), entry.clone());
         if ticket.table.generation() != ticket.generation {
             self.entries.invalidate(&key);
-            return None;
+            return Err(entry);
         }
-        Some(entry)
+        Ok(entry)
     }
 
     /// Forgets one representation (the catalog no longer serves it).

@@ -4,7 +4,7 @@
 
 use std::convert::Infallible;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use http::{Request, Response};
@@ -16,6 +16,7 @@ use hyper_util::rt::TokioIo;
 pub struct Fake {
     pub url: String,
     requests: Arc<AtomicU64>,
+    seen: Arc<Mutex<Vec<http::HeaderMap>>>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -29,16 +30,20 @@ impl Fake {
         let url = format!("http://{}", listener.local_addr().unwrap());
         let requests = Arc::new(AtomicU64::new(0));
         let counter = requests.clone();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let recorder = seen.clone();
         let answer = Arc::new(answer);
         let task = tokio::spawn(async move {
             loop {
                 let Ok((stream, _)) = listener.accept().await else {
                     continue;
                 };
-                let (counter, answer) = (counter.clone(), answer.clone());
+                let (counter, answer, recorder) =
+                    (counter.clone(), answer.clone(), recorder.clone());
                 tokio::spawn(async move {
                     let service = service_fn(move |request: Request<Incoming>| {
                         let n = counter.fetch_add(1, Ordering::SeqCst) + 1;
+                        recorder.lock().unwrap().push(request.headers().clone());
                         let response = answer(&request, n);
                         async move { Ok::<_, Infallible>(response) }
                     });
@@ -51,12 +56,18 @@ impl Fake {
         Fake {
             url,
             requests,
+            seen,
             task,
         }
     }
 
     pub fn requests(&self) -> u64 {
         self.requests.load(Ordering::SeqCst)
+    }
+
+    /// The headers of every request received, in order.
+    pub fn headers(&self) -> Vec<http::HeaderMap> {
+        self.seen.lock().unwrap().clone()
     }
 }
 

@@ -58,6 +58,11 @@ pub struct Icecache {
 impl Icecache {
     /// Starts icecache in front of `upstream` with extra flags, and waits until it serves.
     pub async fn start(upstream: &str, extra: &[&str]) -> Icecache {
+        Icecache::start_with_env(upstream, extra, &[]).await
+    }
+
+    /// Starts icecache with extra environment variables too.
+    pub async fn start_with_env(upstream: &str, extra: &[&str], env: &[(&str, &str)]) -> Icecache {
         let listen = format!("127.0.0.1:{}", free_port());
         let admin = format!("127.0.0.1:{}", free_port());
         let mut command = Command::new(env!("CARGO_BIN_EXE_icecache"));
@@ -71,6 +76,7 @@ impl Icecache {
                 &admin,
             ])
             .args(extra)
+            .envs(env.iter().copied())
             .env_remove("ICECACHE_CONFIG")
             .stdout(Stdio::null())
             .stderr(if std::env::var_os("ICECACHE_TEST_LOGS").is_some() {
