@@ -5,6 +5,9 @@ usage: iceberg_client.py URI COMMAND NAMESPACE TABLE [ARG]
   append N    create the table if needed, then append N rows in one commit
   scan        read every row back
   load-refs   load with snapshot-loading-mode=refs
+  exists      table_exists (a GET in pyiceberg 0.12)
+  list        the namespace's tables
+  drop        drop the table
 """
 import json
 import os
@@ -61,6 +64,14 @@ def main():
     elif command == "load-refs":
         t = catalog(uri, **{"snapshot-loading-mode": "refs"}).load_table(identifier)
         print(json.dumps({"snapshots": len(t.metadata.snapshots)}))
+    elif command == "exists":
+        print(json.dumps({"exists": catalog(uri).table_exists(identifier)}))
+    elif command == "list":
+        tables = sorted(".".join(t) for t in catalog(uri).list_tables(namespace))
+        print(json.dumps({"tables": tables}))
+    elif command == "drop":
+        catalog(uri).drop_table(identifier)
+        print(json.dumps({"dropped": True}))
     else:
         sys.exit(f"unknown command {command}")
 
