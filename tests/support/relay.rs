@@ -32,6 +32,7 @@ struct State {
     upstream: String,
     client: Client<HttpConnector, Body>,
     seen: Mutex<Vec<Seen>>,
+    statuses: Mutex<Vec<u16>>,
     delay_ms: AtomicU64,
     request_body_bytes: Arc<AtomicU64>,
     /// When set, response bodies stop after their first frame until `release` is notified.
@@ -52,6 +53,7 @@ impl Relay {
             upstream: upstream.trim_end_matches('/').to_owned(),
             client: Client::builder(TokioExecutor::new()).build(HttpConnector::new()),
             seen: Mutex::default(),
+            statuses: Mutex::default(),
             delay_ms: AtomicU64::new(0),
             request_body_bytes: Arc::default(),
             hold_responses: Mutex::default(),
@@ -94,6 +96,11 @@ impl Relay {
 
     pub fn seen(&self) -> Vec<Seen> {
         self.state.seen.lock().unwrap().clone()
+    }
+
+    /// The status of every answer the catalog gave, in order.
+    pub fn statuses(&self) -> Vec<u16> {
+        self.state.statuses.lock().unwrap().clone()
     }
 
     pub fn set_delay(&self, delay: Duration) {
@@ -161,6 +168,11 @@ async fn relay(
         .boxed();
     match state.client.request(Request::from_parts(parts, body)).await {
         Ok(response) => {
+            state
+                .statuses
+                .lock()
+                .unwrap()
+                .push(response.status().as_u16());
             let hold = state.hold_responses.lock().unwrap().clone();
             Ok(match hold {
                 None => response.map(|b| b.boxed()),
