@@ -1,0 +1,1 @@
+//! Nothing here: the interop tests are in tests/.
