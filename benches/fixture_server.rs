@@ -45,7 +45,10 @@ fn answer(fixture: &Fixture, request: &Request<Incoming>) -> Response<Full<Bytes
         Response::new(Full::new(fixture.body.clone()))
     };
     let headers = response.headers_mut();
-    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
     if let Some(etag) = &fixture.etag {
         headers.insert(header::ETAG, etag.clone());
     }
@@ -54,7 +57,10 @@ fn answer(fixture: &Fixture, request: &Request<Incoming>) -> Response<Full<Bytes
 
 #[tokio::main]
 async fn main() {
-    let args: Vec<String> = std::env::args().skip(1).filter(|a| a != "--bench").collect();
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| a != "--bench")
+        .collect();
     let [listen, body_file, rest @ ..] = args.as_slice() else {
         eprintln!("usage: fixture_server LISTEN BODY_FILE [ETAG] [DELAY_MS]");
         std::process::exit(64);

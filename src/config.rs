@@ -120,6 +120,11 @@ pub struct Settings {
     #[arg(long, env = "ICECACHE_MAX_CONNECTIONS")]
     pub max_connections: Option<u64>,
 
+    /// Proxy worker threads, each with its own runtime and listener (SO_REUSEPORT).
+    /// [default: the number of CPUs] [key: workers]
+    #[arg(long, env = "ICECACHE_WORKERS")]
+    pub workers: Option<u64>,
+
     /// On SIGTERM/SIGINT, how long in-flight requests may take to finish.
     /// [default: 30s] [key: shutdown_grace]
     #[arg(long, env = "ICECACHE_SHUTDOWN_GRACE")]
@@ -276,6 +281,7 @@ pub struct Config {
     pub header_read_timeout: Duration,
     pub max_header_bytes: usize,
     pub max_connections: usize,
+    pub workers: usize,
     pub shutdown_grace: Duration,
     pub namespace_separator: String,
     pub admin_token: Option<String>,
@@ -314,6 +320,7 @@ impl Settings {
             header_read_timeout: over.header_read_timeout.or(self.header_read_timeout),
             max_header_bytes: over.max_header_bytes.or(self.max_header_bytes),
             max_connections: over.max_connections.or(self.max_connections),
+            workers: over.workers.or(self.workers),
             shutdown_grace: over.shutdown_grace.or(self.shutdown_grace),
             namespace_separator: over.namespace_separator.or(self.namespace_separator),
             admin_token: over.admin_token.or(self.admin_token),
@@ -416,6 +423,11 @@ impl Settings {
             )?,
             max_header_bytes: max_header_bytes as usize,
             max_connections: max_connections as usize,
+            workers: match self.workers {
+                Some(0) => return Err(invalid("workers", "must be at least 1")),
+                Some(n) => usize::try_from(n).unwrap_or(usize::MAX).min(1024),
+                None => std::thread::available_parallelism().map_or(1, |n| n.get()),
+            },
             shutdown_grace: duration("shutdown_grace", &self.shutdown_grace, "30s")?,
             namespace_separator,
             admin_token: self.admin_token.clone(),
@@ -662,7 +674,7 @@ impl Config {
         let settings = format!(
             "upstream = {}\nlisten = {}\nadmin_listen = {}\nlog_format = {:?}\nlog_level = {}\n\
              connect_timeout = {:?}\nrequest_timeout = {:?}\nheader_read_timeout = {:?}\n\
-             max_header_bytes = {}\nmax_connections = {}\nshutdown_grace = {:?}\n\
+             max_header_bytes = {}\nmax_connections = {}\nworkers = {}\nshutdown_grace = {:?}\n\
              namespace_separator = {}\nadmin_token = {}\npublic_url = {}\n\
              cache.enabled = {}\ncache.max_bytes = {}\ncache.max_entry_bytes = {}\n\
              cache.fresh_for = {:?}\ncache.stale_while_revalidate = {:?}\n\
@@ -677,6 +689,7 @@ impl Config {
             self.header_read_timeout,
             self.max_header_bytes,
             self.max_connections,
+            self.workers,
             self.shutdown_grace,
             self.namespace_separator,
             if self.admin_token.is_some() {

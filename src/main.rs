@@ -30,7 +30,8 @@ fn main() -> ExitCode {
         }
     };
     icecache::logging::init(&config);
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
+    // This thread's runtime serves the admin port and one proxy worker; `run` starts the others.
+    let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
     {

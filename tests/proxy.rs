@@ -432,3 +432,23 @@ async fn metrics_count_requests_by_route_and_pass_promtool() {
         String::from_utf8_lossy(&output.stderr)
     );
 }
+
+#[tokio::test]
+async fn a_second_icecache_on_a_taken_port_refuses_to_start() {
+    let first = Icecache::start(&catalog(), &[]).await;
+    let taken = first.url.trim_start_matches("http://");
+    let output = tokio::task::spawn_blocking({
+        let taken = taken.to_owned();
+        move || {
+            std::process::Command::new(env!("CARGO_BIN_EXE_icecache"))
+                .args(["--upstream", "http://127.0.0.1:1", "--listen", &taken])
+                .args(["--admin-listen", &format!("127.0.0.1:{}", free_port())])
+                .output()
+                .unwrap()
+        }
+    })
+    .await
+    .unwrap();
+    assert!(!output.status.success());
+    assert!(String::from_utf8_lossy(&output.stderr).contains("cannot listen"));
+}
