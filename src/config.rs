@@ -216,6 +216,11 @@ pub struct CacheSettings {
     )]
     pub stale_while_revalidate: Option<String>,
 
+    /// Keep a gzip copy of each cached body (made once per fill) for clients that accept it.
+    /// [default: true] [key: cache.gzip]
+    #[arg(long = "cache-gzip", env = "ICECACHE_CACHE_GZIP")]
+    pub gzip: Option<bool>,
+
     /// After fresh_for, how long the old entry may be served when upstream is unreachable,
     /// times out or answers 5xx. [default: 60s] [key: cache.stale_if_error]
     #[arg(long = "stale-if-error", env = "ICECACHE_STALE_IF_ERROR")]
@@ -261,6 +266,7 @@ impl std::fmt::Display for UpstreamUrl {
 #[derive(Debug, Clone)]
 pub struct CacheConfig {
     pub enabled: bool,
+    pub gzip: bool,
     pub max_bytes: u64,
     pub max_entry_bytes: u64,
     pub fresh_for: Duration,
@@ -334,6 +340,7 @@ impl Settings {
             prefixes: over.prefixes.or(self.prefixes),
             cache: CacheSettings {
                 enabled: over.cache.enabled.or(self.cache.enabled),
+                gzip: over.cache.gzip.or(self.cache.gzip),
                 max_bytes: over.cache.max_bytes.or(self.cache.max_bytes),
                 max_entry_bytes: over.cache.max_entry_bytes.or(self.cache.max_entry_bytes),
                 fresh_for: over.cache.fresh_for.or(self.cache.fresh_for),
@@ -489,6 +496,7 @@ impl CacheSettings {
         }
         Ok(CacheConfig {
             enabled: self.enabled.unwrap_or(true),
+            gzip: self.gzip.unwrap_or(true),
             max_bytes,
             max_entry_bytes,
             fresh_for: duration("cache.fresh_for", &self.fresh_for, "5s")?,
@@ -676,7 +684,7 @@ impl Config {
              connect_timeout = {:?}\nrequest_timeout = {:?}\nheader_read_timeout = {:?}\n\
              max_header_bytes = {}\nmax_connections = {}\nworkers = {}\nshutdown_grace = {:?}\n\
              namespace_separator = {}\nadmin_token = {}\npublic_url = {}\n\
-             cache.enabled = {}\ncache.max_bytes = {}\ncache.max_entry_bytes = {}\n\
+             cache.enabled = {}\ncache.gzip = {}\ncache.max_bytes = {}\ncache.max_entry_bytes = {}\n\
              cache.fresh_for = {:?}\ncache.stale_while_revalidate = {:?}\n\
              cache.stale_if_error = {:?}\n",
             self.upstream,
@@ -699,6 +707,7 @@ impl Config {
             },
             self.public_url.as_deref().unwrap_or("(from each request)"),
             c.enabled,
+            c.gzip,
             c.max_bytes,
             c.max_entry_bytes,
             c.fresh_for,

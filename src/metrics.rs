@@ -21,6 +21,7 @@ pub struct Metrics {
     pub cache_evictions: IntCounterVec,
     pub cache_invalidations: IntCounterVec,
     pub cache_credential_caps: IntCounter,
+    pub cache_compressions: IntCounter,
     pub credentials_stripped: IntCounter,
     pub credentials_injected: IntCounter,
     pub authz_revalidations: IntCounterVec,
@@ -140,6 +141,11 @@ impl Metrics {
                 &r,
                 "icecache_cache_credential_caps_total",
                 "Entries whose lifetime was shortened because their vended credentials expire.",
+            ),
+            cache_compressions: counter(
+                &r,
+                "icecache_cache_compressions_total",
+                "gzip copies made of cached bodies (one per fill).",
             ),
             credentials_stripped: counter(
                 &r,

@@ -149,6 +149,7 @@ async fn load_table(
             scope: caller_scope,
             policy,
             if_none_match: &if_none_match,
+            accepts_gzip: accepts_gzip(&parts.headers),
         };
         let fill = || fill_request(state, &parts, peer);
         if let Lookup::Answer(response, outcome) = cache.load(key, &caller, fill).await {
@@ -228,6 +229,26 @@ fn public_url(state: &AppState, request: &Request<Incoming>) -> String {
         .or_else(|| request.uri().authority().map(|a| a.to_string()))
         .unwrap_or_else(|| state.config.listen.to_string());
     format!("{proto}://{host}")
+}
+
+/// Whether `Accept-Encoding` takes gzip: listed (or `*`) without `q=0`.
+fn accepts_gzip(headers: &http::HeaderMap) -> bool {
+    headers
+        .get_all(header::ACCEPT_ENCODING)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|coding| {
+            let mut parts = coding.split(';');
+            let name = parts.next().unwrap_or("").trim();
+            let refused = parts.any(|p| {
+                p.trim()
+                    .strip_prefix("q=")
+                    .and_then(|q| q.trim().parse::<f32>().ok())
+                    .is_some_and(|q| q == 0.0)
+            });
+            (name.eq_ignore_ascii_case("gzip") || name == "*") && !refused
+        })
 }
 
 fn fill_request(
@@ -418,4 +439,26 @@ async fn forward(
     let (mut parts, body) = response.into_parts();
     remove_hop_by_hop(&mut parts.headers);
     Ok(Response::from_parts(parts, stream(body)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::accepts_gzip;
+    use http::{HeaderMap, HeaderValue};
+
+    fn with(value: &'static str) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        h.insert("accept-encoding", HeaderValue::from_static(value));
+        h
+    }
+
+    #[test]
+    fn gzip_is_accepted_when_listed_without_q_zero() {
+        assert!(accepts_gzip(&with("gzip, deflate")));
+        assert!(accepts_gzip(&with("br;q=1.0, GZIP;q=0.5")));
+        assert!(accepts_gzip(&with("*")));
+        assert!(!accepts_gzip(&with("gzip;q=0")));
+        assert!(!accepts_gzip(&with("deflate, br")));
+        assert!(!accepts_gzip(&HeaderMap::new()));
+    }
 }

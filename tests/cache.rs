@@ -535,3 +535,50 @@ async fn stats_report_hits_misses_and_304s_as_json() {
         1.0
     );
 }
+
+#[tokio::test]
+async fn a_gzip_copy_is_made_once_per_entry_and_served_to_clients_that_accept_it() {
+    let s = Setup::new(&[]).await;
+    // Bodies under 1 KiB get no gzip copy; give the table's metadata some weight.
+    s.api
+        .set_property(&s.namespace, &s.table, "comment", &"compressible ".repeat(200))
+        .await;
+    let identity = s.load().await;
+    assert!(identity.headers().get("content-encoding").is_none());
+    let identity_tag = etag(&identity);
+    let identity_body = identity.bytes().await.unwrap();
+    let mut gzip_tag = String::new();
+    for _ in 0..3 {
+        let gz = s
+            .api
+            .get(&s.path())
+            .header("accept-encoding", "gzip, deflate")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(gz.headers()["content-encoding"], "gzip");
+        assert_eq!(x_cache(&gz), "HIT");
+        gzip_tag = etag(&gz);
+        let compressed = gz.bytes().await.unwrap();
+        let mut decoded = Vec::new();
+        use std::io::Read;
+        flate2::read::GzDecoder::new(&compressed[..])
+            .read_to_end(&mut decoded)
+            .unwrap();
+        assert_eq!(decoded, identity_body);
+    }
+    assert_ne!(gzip_tag, identity_tag);
+    for tag in [&gzip_tag, &identity_tag] {
+        let revalidated = s
+            .api
+            .get(&s.path())
+            .header("accept-encoding", "gzip")
+            .header(IF_NONE_MATCH, tag.as_str())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(revalidated.status(), 304, "{tag}");
+    }
+    let metrics = s.icecache.metrics().await;
+    assert_eq!(metric(&metrics, "icecache_cache_compressions_total"), 1.0);
+}

@@ -29,7 +29,7 @@ use crate::metrics::Metrics;
 use crate::policy::{Credentials, Identity, Injection, KeyPatterns, Policy};
 use crate::route::Operation;
 use crate::upstream::{Upstream, UpstreamError};
-use store::{Entry, FillTicket, NewEntry, Store};
+use store::{Entry, FillTicket, Gzipped, NewEntry, Store};
 
 pub static X_CACHE: HeaderName = HeaderName::from_static("x-cache");
 
@@ -156,6 +156,8 @@ pub struct Caller<'a> {
     pub scope: Scope,
     pub policy: &'a Arc<Policy>,
     pub if_none_match: &'a [HeaderValue],
+    /// Whether the caller's `Accept-Encoding` takes gzip.
+    pub accepts_gzip: bool,
 }
 
 pub struct TableCache {
@@ -325,7 +327,7 @@ impl TableCache {
                 .authorize(key, entry, caller, make_request, may_refill)
                 .await;
         }
-        Lookup::Answer(self.serve(entry, label, caller.if_none_match), label)
+        Lookup::Answer(self.serve(entry, label, caller), label)
     }
 
     /// Asks the catalog, with the caller's own credentials, whether the caller may have the
@@ -361,7 +363,7 @@ impl TableCache {
         if parts.status == StatusCode::NOT_MODIFIED && entry.upstream_etag.is_some() {
             result("allowed");
             entry.confirm(caller.scope, Instant::now() + self.authz_ttl);
-            return Lookup::Answer(self.serve(entry, label, caller.if_none_match), label);
+            return Lookup::Answer(self.serve(entry, label, caller), label);
         }
         let body = match self.read_body(body).await {
             Ok(body) => body,
@@ -378,7 +380,7 @@ impl TableCache {
             if same {
                 result("allowed");
                 entry.confirm(caller.scope, Instant::now() + self.authz_ttl);
-                return Lookup::Answer(self.serve(entry, label, caller.if_none_match), label);
+                return Lookup::Answer(self.serve(entry, label, caller), label);
             }
             // The table moved on since the entry was filled: refill it with this caller's
             // credentials (once; a table changing that fast is passed through).
@@ -404,25 +406,31 @@ impl TableCache {
 
     /// Builds the answer from an entry: 304 when the client's `If-None-Match` matches, else the
     /// body. Never a 304 without `If-None-Match`.
-    fn serve(
-        &self,
-        entry: &Entry,
-        outcome: CacheOutcome,
-        if_none_match: &[HeaderValue],
-    ) -> Response<Body> {
+    fn serve(&self, entry: &Entry, outcome: CacheOutcome, caller: &Caller<'_>) -> Response<Body> {
+        let if_none_match = caller.if_none_match;
+        let gzip = entry.gzip.as_ref().filter(|_| caller.accepts_gzip);
         // A 304 tells the client to keep the credentials it got with this ETag: only while they
-        // are inside their servable window.
+        // are inside their servable window. Either representation's ETag names this version.
         let credentials_servable = entry
             .servable_until
             .is_none_or(|until| Instant::now() < until);
         let not_modified = credentials_servable
             && !if_none_match.is_empty()
-            && if_none_match_matches(if_none_match, &entry.etag);
+            && (if_none_match_matches(if_none_match, &entry.etag)
+                || entry
+                    .gzip
+                    .as_ref()
+                    .is_some_and(|g| if_none_match_matches(if_none_match, &g.etag)));
         let mut response = if not_modified {
             self.metrics.cache_not_modified.inc();
             let mut r = Response::new(empty());
             *r.status_mut() = StatusCode::NOT_MODIFIED;
-            r.headers_mut().insert(header::ETAG, entry.etag.clone());
+            let etag = gzip.map_or(&entry.etag, |g| &g.etag);
+            r.headers_mut().insert(header::ETAG, etag.clone());
+            r
+        } else if let Some(gzip) = gzip {
+            let mut r = Response::new(full(gzip.body.clone()));
+            *r.headers_mut() = gzip.headers.clone();
             r
         } else {
             let body = match &entry.injection {
@@ -719,6 +727,20 @@ impl TableCache {
         }
         let upstream_etag = parts.headers.get(header::ETAG).cloned();
         let headers = entry_headers(parts.headers, &prepared.etag, prepared.length);
+        // Compressed once per fill, off the async threads; never a body with injected secrets.
+        let gzip = if self.config.gzip
+            && prepared.injection.is_none()
+            && prepared.body.len() >= GZIP_MIN_BYTES
+        {
+            let body = prepared.body.clone();
+            self.metrics.cache_compressions.inc();
+            match tokio::task::spawn_blocking(move || gzip(&body)).await {
+                Ok(Ok(compressed)) => Some(gzipped(compressed, &headers, &prepared.etag)),
+                _ => None,
+            }
+        } else {
+            None
+        };
         self.store_entry(
             key,
             ticket,
@@ -730,6 +752,7 @@ impl TableCache {
                 upstream_etag,
                 injection: prepared.injection,
                 config_empty: prepared.config_empty,
+                gzip,
                 stored_at: requested_at,
                 fresh_until: capped(requested_at + self.config.fresh_for, servable_until),
                 servable_until,
@@ -745,6 +768,7 @@ impl TableCache {
             upstream_etag: old.upstream_etag.clone(),
             injection: old.injection.clone(),
             config_empty: old.config_empty,
+            gzip: old.gzip.clone(),
             stored_at: now,
             fresh_until: capped(now + self.config.fresh_for, old.servable_until),
             servable_until: old.servable_until,
@@ -826,6 +850,35 @@ impl TableCache {
     }
 }
 
+/// Bodies smaller than this are not worth a gzip copy.
+const GZIP_MIN_BYTES: usize = 1024;
+
+fn gzip(body: &[u8]) -> std::io::Result<Bytes> {
+    use std::io::Write;
+    let mut encoder = flate2::write::GzEncoder::new(
+        Vec::with_capacity(body.len() / 8),
+        flate2::Compression::fast(),
+    );
+    encoder.write_all(body)?;
+    Ok(Bytes::from(encoder.finish()?))
+}
+
+/// The gzip representation: its own strong ETag (a different representation of the same
+/// version), `Content-Encoding` and length.
+fn gzipped(body: Bytes, identity_headers: &HeaderMap, etag: &HeaderValue) -> Gzipped {
+    let tag = etag.to_str().unwrap_or("\"\"").trim_end_matches('"');
+    let etag = HeaderValue::from_str(&format!("{tag}-gzip\"")).unwrap_or_else(|_| etag.clone());
+    let mut headers = identity_headers.clone();
+    headers.insert(header::ETAG, etag.clone());
+    headers.insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
+    headers.insert(header::CONTENT_LENGTH, HeaderValue::from(body.len()));
+    Gzipped {
+        body,
+        headers,
+        etag,
+    }
+}
+
 fn capped(fresh_until: Instant, servable_until: Option<Instant>) -> Instant {
     servable_until.map_or(fresh_until, |until| fresh_until.min(until))
 }
@@ -867,5 +920,6 @@ fn entry_headers(mut headers: HeaderMap, etag: &HeaderValue, length: usize) -> H
     }
     headers.insert(header::ETAG, etag.clone());
     headers.insert(header::CONTENT_LENGTH, HeaderValue::from(length));
+    headers.append(header::VARY, HeaderValue::from_static("accept-encoding"));
     headers
 }

@@ -58,6 +58,8 @@ pub struct Entry {
     /// Properties spliced into `config` when served; their values are never in `body`.
     pub injection: Option<Arc<Injection>>,
     pub config_empty: bool,
+    /// The body gzip-compressed once at fill time, with its headers (ETag, encoding, length).
+    pub gzip: Option<Gzipped>,
     /// Under identity `revalidate`: the callers confirmed upstream for this version, and until
     /// when. A new version is a new entry, with no confirmations.
     confirmed: Mutex<HashMap<Scope, Instant>>,
@@ -96,7 +98,9 @@ impl Entry {
             .sum();
         let identifiers: usize =
             key.table.namespace.iter().map(String::len).sum::<usize>() + key.table.table.len();
-        let total = self.body.len() + headers + identifiers + std::mem::size_of::<Self>() + 128;
+        let gzip = self.gzip.as_ref().map_or(0, |g| g.body.len() + 128);
+        let total =
+            self.body.len() + gzip + headers + identifiers + std::mem::size_of::<Self>() + 128;
         u32::try_from(total).unwrap_or(u32::MAX)
     }
 }
@@ -118,6 +122,15 @@ pub struct NewEntry {
     pub servable_until: Option<Instant>,
     pub injection: Option<Arc<Injection>>,
     pub config_empty: bool,
+    pub gzip: Option<Gzipped>,
+}
+
+/// A gzip representation of an entry's body.
+#[derive(Clone)]
+pub struct Gzipped {
+    pub body: Bytes,
+    pub headers: HeaderMap,
+    pub etag: HeaderValue,
 }
 
 pub struct Store {
@@ -194,6 +207,7 @@ impl Store {
             servable_until: new.servable_until,
             injection: new.injection,
             config_empty: new.config_empty,
+            gzip: new.gzip,
             confirmed: Mutex::default(),
             generation: ticket.generation,
             table: ticket.table.clone(),
