@@ -1,13 +1,16 @@
 //! Micro-benchmarks of the work on a cache hit: classifying the path, deriving the key,
-//! matching `If-None-Match`, and hashing a body into an ETag (done once per fill).
+//! matching `If-None-Match`; and of the work done once per fill: hashing a body into an ETag,
+//! stripping vended credentials.
 //!
 //! cargo bench --bench hot_path
 
 use criterion::{black_box, criterion_group, criterion_main, Criterion, Throughput};
 use http::{HeaderMap, HeaderValue, Method};
 use icecache::cache::CacheKey;
+use icecache::credentials::strip;
 use icecache::etag::{if_none_match_matches, strong_etag};
 use icecache::identity::IdentityHasher;
+use icecache::policy::KeyPatterns;
 use icecache::route::classify;
 
 const PATH: &str = "/v1/warehouse/namespaces/analytics%1Fevents/tables/page_views";
@@ -65,5 +68,41 @@ fn etags(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, routing_and_key, etags);
+/// A LoadTableResult of about `size` bytes with vended S3 credentials, in the spec's shape.
+fn vended_body(size: usize) -> Vec<u8> {
+    let snapshot = |i: usize| {
+        format!(
+            r#"{{"snapshot-id":{i},"timestamp-ms":1760000000000,"manifest-list":"s3://b/db/t/metadata/snap-{i}.avro","summary":{{"operation":"append","added-records":"250000"}},"schema-id":0}}"#
+        )
+    };
+    let mut snapshots = Vec::new();
+    let mut total = 0;
+    let mut i = 0;
+    while total < size {
+        let s = snapshot(i);
+        total += s.len() + 1;
+        snapshots.push(s);
+        i += 1;
+    }
+    format!(
+        r#"{{"metadata-location":"s3://b/db/t/metadata/v9.json","metadata":{{"format-version":2,"table-uuid":"u","snapshots":[{}]}},"config":{{"s3.access-key-id":"AK","s3.secret-access-key":"SK","s3.session-token":"ST","s3.session-token-expires-at-ms":"1893456000000","s3.endpoint":"http://s3"}},"storage-credentials":[{{"prefix":"s3://b/db","config":{{"s3.access-key-id":"AK2"}}}}]}}"#,
+        snapshots.join(",")
+    )
+    .into_bytes()
+}
+
+fn credentials(c: &mut Criterion) {
+    let patterns = KeyPatterns::default();
+    let mut group = c.benchmark_group("credential strip of a LoadTableResult");
+    for size in [50 << 10, 20 << 20] {
+        let body = vended_body(size);
+        group.throughput(Throughput::Bytes(body.len() as u64));
+        group.bench_function(format!("{} KiB", size >> 10), |b| {
+            b.iter(|| strip(black_box(&body), &patterns).expect("strips"))
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, routing_and_key, etags, credentials);
 criterion_main!(benches);

@@ -541,7 +541,12 @@ async fn a_gzip_copy_is_made_once_per_entry_and_served_to_clients_that_accept_it
     let s = Setup::new(&[]).await;
     // Bodies under 1 KiB get no gzip copy; give the table's metadata some weight.
     s.api
-        .set_property(&s.namespace, &s.table, "comment", &"compressible ".repeat(200))
+        .set_property(
+            &s.namespace,
+            &s.table,
+            "comment",
+            &"compressible ".repeat(200),
+        )
         .await;
     let identity = s.load().await;
     assert!(identity.headers().get("content-encoding").is_none());

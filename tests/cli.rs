@@ -157,6 +157,8 @@ fn help_explains_every_option() {
         "--namespace-separator",
         "--admin-token",
         "--public-url",
+        "--workers",
+        "--cache-gzip",
         "--identity",
         "--credentials",
         "--auth-headers",
