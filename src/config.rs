@@ -62,6 +62,12 @@ pub enum Command {
         /// The TOML config file to check.
         file: PathBuf,
     },
+    /// GET a URL (e.g. http://127.0.0.1:9181/healthz) and exit 0 on a 2xx answer within 2 s,
+    /// 1 otherwise: a health check for images without curl.
+    Probe {
+        /// The URL to get.
+        url: String,
+    },
 }
 
 /// Every setting, as it may come from a flag or an environment variable. The config file has

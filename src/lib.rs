@@ -14,6 +14,7 @@ pub mod identity;
 pub mod logging;
 pub mod metrics;
 pub mod policy;
+pub mod probe;
 pub mod proxy;
 pub mod route;
 pub mod server;

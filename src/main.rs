@@ -5,6 +5,15 @@ use icecache::config::{self, Cli, Command, Settings, EXIT_CONFIG};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Some(Command::Probe { url }) = &cli.command {
+        return match icecache::probe::probe(url) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("icecache probe: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     if let Some(Command::CheckConfig { file }) = cli.command {
         let checked = Settings::from_file(&file).and_then(|s| s.overlay(cli.settings).validate());
         return match checked {

@@ -18,6 +18,7 @@ pub struct Metrics {
     pub cache_coalesced_waiters: IntCounter,
     pub cache_entries: IntGauge,
     pub cache_bytes: IntGauge,
+    pub cache_max_bytes: IntGauge,
     pub cache_evictions: IntCounterVec,
     pub cache_invalidations: IntCounterVec,
     pub cache_credential_caps: IntCounter,
@@ -125,6 +126,11 @@ impl Metrics {
                 "icecache_cache_bytes",
                 "Bytes held by the loadTable cache (bodies and headers).",
             ),
+            cache_max_bytes: gauge(
+                &r,
+                "icecache_cache_max_bytes",
+                "The cache's memory bound (cache.max_bytes).",
+            ),
             cache_evictions: counter_vec(
                 &r,
                 "icecache_cache_evictions_total",
@@ -166,6 +172,33 @@ impl Metrics {
             ),
             registry: r,
         }
+        .with_known_series()
+    }
+
+    /// Creates the series of every bounded label value at zero, so that rates and alerts see
+    /// them before the first event.
+    fn with_known_series(self) -> Self {
+        let known: [(&IntCounterVec, &[&str]); 4] = [
+            (
+                &self.cache_evictions,
+                &["size", "expired", "invalidated", "replaced"],
+            ),
+            (&self.upstream_errors, &["connect", "timeout", "protocol"]),
+            (
+                &self.cache_revalidations,
+                &["not_modified", "unchanged", "changed", "gone", "error"],
+            ),
+            (
+                &self.authz_revalidations,
+                &["allowed", "changed", "denied", "error"],
+            ),
+        ];
+        for (vec, values) in known {
+            for value in values {
+                vec.with_label_values(&[value]);
+            }
+        }
+        self
     }
 
     /// The Prometheus text exposition of every metric.

@@ -181,6 +181,9 @@ impl TableCache {
         let strip_keys = config.strip_keys.clone();
         let authz_ttl = config.authz_ttl;
         let config = config.cache.clone();
+        metrics
+            .cache_max_bytes
+            .set(i64::try_from(config.max_bytes).unwrap_or(i64::MAX));
         let retain_for =
             config.fresh_for + config.stale_while_revalidate.max(config.stale_if_error);
         Arc::new(TableCache {
