@@ -15,6 +15,7 @@ use serde::Deserialize;
 use thiserror::Error;
 
 use crate::policy::{self, KeyPatterns, Policies, PolicySettings};
+use crate::tls::{ListenerTls, UpstreamTls};
 
 /// Exit code for a configuration that does not validate (BSD `EX_USAGE`).
 pub const EXIT_CONFIG: i32 = 64;
@@ -187,6 +188,38 @@ pub struct Settings {
     #[arg(skip)]
     pub prefixes: Option<std::collections::BTreeMap<String, crate::policy::PolicySettings>>,
 
+    /// PEM certificate chain for HTTPS on the proxy listener (with --tls-key).
+    /// [key: tls_cert]
+    #[arg(long, env = "ICECACHE_TLS_CERT")]
+    pub tls_cert: Option<PathBuf>,
+
+    /// PEM private key for --tls-cert. [key: tls_key]
+    #[arg(long, env = "ICECACHE_TLS_KEY")]
+    pub tls_key: Option<PathBuf>,
+
+    /// PEM CA bundle: clients must present a certificate it signed (mTLS). [key: tls_client_ca]
+    #[arg(long, env = "ICECACHE_TLS_CLIENT_CA")]
+    pub tls_client_ca: Option<PathBuf>,
+
+    /// How often the certificate files are checked for changes (rotation without restart).
+    /// [default: 5s] [key: tls_reload_interval]
+    #[arg(long, env = "ICECACHE_TLS_RELOAD_INTERVAL")]
+    pub tls_reload_interval: Option<String>,
+
+    /// PEM CA bundle to verify an https:// upstream with, instead of the platform's roots.
+    /// [key: upstream_ca]
+    #[arg(long, env = "ICECACHE_UPSTREAM_CA")]
+    pub upstream_ca: Option<PathBuf>,
+
+    /// PEM client certificate to present to an https:// upstream (with
+    /// --upstream-client-key). [key: upstream_client_cert]
+    #[arg(long, env = "ICECACHE_UPSTREAM_CLIENT_CERT")]
+    pub upstream_client_cert: Option<PathBuf>,
+
+    /// PEM private key for --upstream-client-cert. [key: upstream_client_key]
+    #[arg(long, env = "ICECACHE_UPSTREAM_CLIENT_KEY")]
+    pub upstream_client_key: Option<PathBuf>,
+
     /// Cache settings; the config file's `[cache]` table.
     #[command(flatten)]
     #[serde(default)]
@@ -299,6 +332,8 @@ pub struct Config {
     pub admin_token: Option<String>,
     pub public_url: Option<String>,
     pub policies: Policies,
+    pub tls: Option<ListenerTls>,
+    pub upstream_tls: UpstreamTls,
     pub auth_headers: Vec<HeaderName>,
     pub authz_ttl: Duration,
     pub strip_keys: KeyPatterns,
@@ -343,6 +378,13 @@ impl Settings {
             authz_ttl: over.authz_ttl.or(self.authz_ttl),
             strip_keys: over.strip_keys.or(self.strip_keys),
             inject: over.inject.or(self.inject),
+            tls_cert: over.tls_cert.or(self.tls_cert),
+            tls_key: over.tls_key.or(self.tls_key),
+            tls_client_ca: over.tls_client_ca.or(self.tls_client_ca),
+            tls_reload_interval: over.tls_reload_interval.or(self.tls_reload_interval),
+            upstream_ca: over.upstream_ca.or(self.upstream_ca),
+            upstream_client_cert: over.upstream_client_cert.or(self.upstream_client_cert),
+            upstream_client_key: over.upstream_client_key.or(self.upstream_client_key),
             prefixes: over.prefixes.or(self.prefixes),
             cache: CacheSettings {
                 enabled: over.cache.enabled.or(self.cache.enabled),
@@ -362,6 +404,7 @@ impl Settings {
     /// Checks every value and fills in defaults.
     pub fn validate(&self) -> Result<Config, ConfigError> {
         let upstream = parse_upstream(self.upstream.as_deref())?;
+        let upstream_tls = self.upstream_tls(&upstream)?;
         let max_header_bytes = size("max_header_bytes", &self.max_header_bytes, 64 * 1024)?;
         if max_header_bytes < 8192 {
             return Err(invalid(
@@ -445,6 +488,8 @@ impl Settings {
             namespace_separator,
             admin_token: self.admin_token.clone(),
             policies,
+            tls: self.listener_tls()?,
+            upstream_tls,
             auth_headers,
             authz_ttl: positive_duration("authz_ttl", &self.authz_ttl, "30s")?,
             strip_keys,
@@ -459,6 +504,62 @@ impl Settings {
 }
 
 impl Settings {
+    /// The listener's TLS settings, loaded once here so a bad file fails the config check.
+    fn listener_tls(&self) -> Result<Option<ListenerTls>, ConfigError> {
+        let tls = match (&self.tls_cert, &self.tls_key) {
+            (None, None) => {
+                if self.tls_client_ca.is_some() {
+                    return Err(invalid(
+                        "tls_client_ca",
+                        "verifies client certificates on an HTTPS listener: set tls_cert and tls_key too",
+                    ));
+                }
+                return Ok(None);
+            }
+            (Some(cert), Some(key)) => ListenerTls {
+                cert: cert.clone(),
+                key: key.clone(),
+                client_ca: self.tls_client_ca.clone(),
+                reload_every: positive_duration(
+                    "tls_reload_interval",
+                    &self.tls_reload_interval,
+                    "5s",
+                )?,
+            },
+            (Some(_), None) => return Err(invalid("tls_key", "is required with tls_cert")),
+            (None, Some(_)) => return Err(invalid("tls_cert", "is required with tls_key")),
+        };
+        crate::tls::server_config(&tls).map_err(|e| invalid("tls_cert", e.to_string()))?;
+        Ok(Some(tls))
+    }
+
+    fn upstream_tls(&self, upstream: &UpstreamUrl) -> Result<UpstreamTls, ConfigError> {
+        let client_cert = match (&self.upstream_client_cert, &self.upstream_client_key) {
+            (None, None) => None,
+            (Some(cert), Some(key)) => Some((cert.clone(), key.clone())),
+            (Some(_), None) => {
+                return Err(invalid(
+                    "upstream_client_key",
+                    "is required with upstream_client_cert",
+                ))
+            }
+            (None, Some(_)) => {
+                return Err(invalid(
+                    "upstream_client_cert",
+                    "is required with upstream_client_key",
+                ))
+            }
+        };
+        let tls = UpstreamTls {
+            ca: self.upstream_ca.clone(),
+            client_cert,
+        };
+        if upstream.scheme == Scheme::HTTPS || tls.ca.is_some() || tls.client_cert.is_some() {
+            crate::tls::client_config(&tls).map_err(|e| invalid("upstream_ca", e.to_string()))?;
+        }
+        Ok(tls)
+    }
+
     fn policies(&self, strip_keys: &KeyPatterns) -> Result<Policies, ConfigError> {
         let base = PolicySettings {
             identity: self.identity.clone(),
@@ -530,13 +631,15 @@ fn parse_upstream(value: Option<&str>) -> Result<UpstreamUrl, ConfigError> {
             format!("{text:?} is not a URL ({e}); expected http://host:port[/base-path]"),
         )
     })?;
-    let scheme = uri.scheme().cloned();
-    if scheme != Some(Scheme::HTTP) {
-        return Err(invalid(
-            KEY,
-            format!("{text:?} must start with http:// (https upstreams are not supported yet)"),
-        ));
-    }
+    let scheme = match uri.scheme() {
+        Some(s) if *s == Scheme::HTTP || *s == Scheme::HTTPS => s.clone(),
+        _ => {
+            return Err(invalid(
+                KEY,
+                format!("{text:?} must start with http:// or https://"),
+            ))
+        }
+    };
     let Some(authority) = uri.authority().cloned() else {
         return Err(invalid(KEY, format!("{text:?} has no host")));
     };
@@ -547,7 +650,7 @@ fn parse_upstream(value: Option<&str>) -> Result<UpstreamUrl, ConfigError> {
         ));
     }
     Ok(UpstreamUrl {
-        scheme: Scheme::HTTP,
+        scheme,
         authority,
         base_path: uri.path().trim_end_matches('/').to_owned(),
     })

@@ -18,6 +18,7 @@ pub mod probe;
 pub mod proxy;
 pub mod route;
 pub mod server;
+pub mod tls;
 pub mod upstream;
 
 use std::sync::Arc;
@@ -47,6 +48,8 @@ pub enum RunError {
     Random(getrandom::Error),
     #[error(transparent)]
     HeaderCase(#[from] header_case::HeaderCaseError),
+    #[error(transparent)]
+    Tls(#[from] tls::TlsError),
     #[error("cannot start a worker thread: {0}")]
     Thread(std::io::Error),
     #[error("a proxy worker failed: {0}")]
@@ -72,7 +75,19 @@ pub async fn run(config: Config, shutdown: watch::Receiver<bool>) -> Result<(), 
         .await
         .map_err(|e| bind_error("admin", config.admin_listen, e))?;
     let metrics = Arc::new(Metrics::new());
-    let upstream = Arc::new(Upstream::new(&config, metrics.clone()));
+    let upstream = Arc::new(Upstream::new(&config, metrics.clone())?);
+    let acceptor = match &config.tls {
+        Some(tls) => {
+            let (server_config, cert) = tls::server_config(tls)?;
+            tokio::spawn(tls::watch_certificate(
+                cert,
+                tls.reload_every,
+                shutdown.clone(),
+            ));
+            Some(tokio_rustls::TlsAcceptor::from(Arc::new(server_config)))
+        }
+        None => None,
+    };
     let case_extensions = header_case::canonical_case_extensions().await?;
     let cache = config
         .cache
@@ -103,6 +118,7 @@ pub async fn run(config: Config, shutdown: watch::Receiver<bool>) -> Result<(), 
     let admin_state = state.clone();
     let admin = tokio::spawn(server::serve(
         admin_listener,
+        None,
         limits.clone(),
         shutdown.clone(),
         move |request, _peer| admin::handle(admin_state.clone(), request),
@@ -117,19 +133,20 @@ pub async fn run(config: Config, shutdown: watch::Receiver<bool>) -> Result<(), 
     let mut threads = Vec::new();
     for (n, listener) in listeners.enumerate() {
         let (state, limits, shutdown) = (state.clone(), limits.clone(), shutdown.clone());
+        let acceptor = acceptor.clone();
         let thread = std::thread::Builder::new()
             .name(format!("icecache-worker-{}", n + 1))
             .spawn(move || {
                 let runtime = tokio::runtime::Builder::new_current_thread()
                     .enable_all()
                     .build()?;
-                runtime.block_on(serve_proxy(listener, state, limits, shutdown))
+                runtime.block_on(serve_proxy(listener, acceptor, state, limits, shutdown))
             })
             .map_err(RunError::Thread)?;
         threads.push(thread);
     }
     if let Some(listener) = own {
-        serve_proxy(listener, state.clone(), limits, shutdown).await?;
+        serve_proxy(listener, acceptor, state.clone(), limits, shutdown).await?;
     }
     for thread in threads {
         match thread.join() {
@@ -144,14 +161,19 @@ pub async fn run(config: Config, shutdown: watch::Receiver<bool>) -> Result<(), 
 
 async fn serve_proxy(
     listener: std::net::TcpListener,
+    acceptor: Option<tokio_rustls::TlsAcceptor>,
     state: Arc<AppState>,
     limits: Limits,
     shutdown: watch::Receiver<bool>,
 ) -> Result<(), std::io::Error> {
     let listener = TcpListener::from_std(listener)?;
-    server::serve(listener, limits, shutdown, move |request, peer| {
-        proxy::handle(state.clone(), request, peer)
-    })
+    server::serve(
+        listener,
+        acceptor,
+        limits,
+        shutdown,
+        move |request, peer| proxy::handle(state.clone(), request, peer),
+    )
     .await;
     Ok(())
 }

@@ -40,6 +40,17 @@ pub struct AppState {
     pub separator: Separator,
 }
 
+impl AppState {
+    /// The scheme clients reach the proxy listener with.
+    pub fn scheme(&self) -> &'static str {
+        if self.config.tls.is_some() {
+            "https"
+        } else {
+            "http"
+        }
+    }
+}
+
 /// Handles one client request; every failure becomes an Iceberg error response.
 pub async fn handle(
     state: Arc<AppState>,
@@ -222,7 +233,7 @@ fn public_url(state: &AppState, request: &Request<Incoming>) -> String {
     }
     let headers = request.headers();
     let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
-    let proto = text("x-forwarded-proto").unwrap_or("http");
+    let proto = text("x-forwarded-proto").unwrap_or(state.scheme());
     let host = text("x-forwarded-host")
         .or_else(|| text("host"))
         .map(str::to_owned)
@@ -258,7 +269,7 @@ fn fill_request(
 ) -> Result<FillRequest, UpstreamError> {
     let mut headers = parts.headers.clone();
     with_host(&mut headers, &parts.uri);
-    prepare_forwarded(&mut headers, peer, "http");
+    prepare_forwarded(&mut headers, peer, state.scheme());
     let uri = state.upstream.uri_for(path_and_query(&parts.uri))?;
     Ok(FillRequest::new(uri, headers))
 }
@@ -429,7 +440,7 @@ async fn forward(
     peer: SocketAddr,
 ) -> Result<Response<Body>, ProxyError> {
     with_host(&mut parts.headers, &parts.uri);
-    prepare_forwarded(&mut parts.headers, peer, "http");
+    prepare_forwarded(&mut parts.headers, peer, state.scheme());
     parts.uri = state.upstream.uri_for(path_and_query(&parts.uri))?;
     parts.version = http::Version::HTTP_11;
     let response = state

@@ -15,6 +15,7 @@ use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 use tokio::sync::{watch, Semaphore};
+use tokio_rustls::TlsAcceptor;
 
 use crate::body::Body;
 
@@ -31,6 +32,7 @@ pub struct Limits {
 /// finish for up to `limits.shutdown_grace`.
 pub async fn serve<H, F>(
     listener: TcpListener,
+    tls: Option<TlsAcceptor>,
     limits: Limits,
     mut shutdown: watch::Receiver<bool>,
     handler: H,
@@ -78,16 +80,46 @@ pub async fn serve<H, F>(
         let _ = stream.set_nodelay(true);
         let handler = handler.clone();
         let service = service_fn(move |request| handler(request, peer));
-        let connection = builder
-            .serve_connection(TokioIo::new(stream), service)
-            .into_owned();
-        let connection = graceful.watch(connection);
-        tokio::spawn(async move {
-            if let Err(e) = connection.await {
-                tracing::debug!(peer = %peer, error = %e, "connection ended with an error");
+        match &tls {
+            None => {
+                let connection = builder
+                    .serve_connection(TokioIo::new(stream), service)
+                    .into_owned();
+                let connection = graceful.watch(connection);
+                tokio::spawn(async move {
+                    if let Err(e) = connection.await {
+                        tracing::debug!(peer = %peer, error = %e, "connection ended with an error");
+                    }
+                    drop(permit);
+                });
             }
-            drop(permit);
-        });
+            Some(acceptor) => {
+                // The handshake is bounded like a request head: a client that stalls is dropped.
+                let handshake =
+                    tokio::time::timeout(limits.header_read_timeout, acceptor.accept(stream));
+                let (builder, watcher) = (builder.clone(), graceful.watcher());
+                tokio::spawn(async move {
+                    let stream = match handshake.await {
+                        Ok(Ok(stream)) => stream,
+                        Ok(Err(e)) => {
+                            tracing::debug!(peer = %peer, error = %e, "TLS handshake failed");
+                            return;
+                        }
+                        Err(_) => {
+                            tracing::debug!(peer = %peer, "TLS handshake timed out");
+                            return;
+                        }
+                    };
+                    let connection = builder
+                        .serve_connection(TokioIo::new(stream), service)
+                        .into_owned();
+                    if let Err(e) = watcher.watch(connection).await {
+                        tracing::debug!(peer = %peer, error = %e, "connection ended with an error");
+                    }
+                    drop(permit);
+                });
+            }
+        }
     }
     drop(listener);
     if tokio::time::timeout(limits.shutdown_grace, graceful.shutdown())

@@ -8,6 +8,7 @@ use std::time::Duration;
 use http::uri::PathAndQuery;
 use http::{Request, Response, Uri};
 use hyper::body::Incoming;
+use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
@@ -17,6 +18,7 @@ use crate::body::Body;
 use crate::config::{Config, UpstreamUrl};
 use crate::metrics::Metrics;
 use crate::route::Operation;
+use crate::tls::TlsError;
 
 #[derive(Debug, Error)]
 pub enum UpstreamError {
@@ -59,7 +61,7 @@ impl UpstreamError {
 }
 
 pub struct Upstream {
-    client: Client<HttpConnector, Body>,
+    client: Client<HttpsConnector<HttpConnector>, Body>,
     url: UpstreamUrl,
     request_timeout: Duration,
     answered: AtomicBool,
@@ -67,23 +69,31 @@ pub struct Upstream {
 }
 
 impl Upstream {
-    pub fn new(config: &Config, metrics: Arc<Metrics>) -> Self {
-        let mut connector = HttpConnector::new();
-        connector.set_connect_timeout(Some(config.connect_timeout));
-        connector.set_nodelay(true);
+    /// The TLS configuration was checked with the rest of the config; it cannot fail here
+    /// unless the files changed in between.
+    pub fn new(config: &Config, metrics: Arc<Metrics>) -> Result<Self, TlsError> {
+        let mut http = HttpConnector::new();
+        http.set_connect_timeout(Some(config.connect_timeout));
+        http.set_nodelay(true);
+        http.enforce_http(false);
+        let connector = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_tls_config(crate::tls::client_config(&config.upstream_tls)?)
+            .https_or_http()
+            .enable_http1()
+            .wrap_connector(http);
         let client = Client::builder(TokioExecutor::new())
             .pool_timer(TokioTimer::new())
             .pool_idle_timeout(Duration::from_secs(60))
             // Relayed responses keep the catalog's header case (an `ETag` stays `ETag`).
             .http1_preserve_header_case(true)
             .build(connector);
-        Upstream {
+        Ok(Upstream {
             client,
             url: config.upstream.clone(),
             request_timeout: config.request_timeout,
             answered: AtomicBool::new(false),
             metrics,
-        }
+        })
     }
 
     /// The upstream URI for a client's path and query, under the upstream's base path.
