@@ -136,7 +136,7 @@ fn stats(state: &AppState) -> Response<Body> {
             "enabled": true,
             "entries": entries,
             "bytes": bytes,
-            "max_bytes": cache.config().max_bytes,
+            "max_bytes": cache.max_bytes(),
             "load_table_requests": load_table,
             "not_modified": m.cache_not_modified.get(),
             "coalesced_waiters": m.cache_coalesced_waiters.get(),
@@ -150,7 +150,7 @@ fn stats(state: &AppState) -> Response<Body> {
 /// `POST /cache/purge` empties everything; `?namespace=a%1Fb` one namespace;
 /// `?namespace=a&table=t` one table; `prefix=p` scopes either to a catalog prefix.
 fn purge(state: &AppState, request: &Request<Incoming>) -> Response<Body> {
-    if let Some(token) = &state.config.admin_token {
+    if let Some(token) = &state.config().admin_token {
         let presented = request
             .headers()
             .get(header::AUTHORIZATION)

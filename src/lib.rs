@@ -11,6 +11,7 @@ pub mod etag;
 pub mod header_case;
 pub mod headers;
 pub mod identity;
+pub mod live;
 pub mod logging;
 pub mod metrics;
 pub mod policy;
@@ -31,6 +32,7 @@ use crate::cache::TableCache;
 use crate::catalog_config::Separator;
 use crate::config::Config;
 use crate::identity::IdentityHasher;
+use crate::live::Live;
 use crate::metrics::Metrics;
 use crate::proxy::AppState;
 use crate::server::Limits;
@@ -62,7 +64,11 @@ pub enum RunError {
 /// runtime and its own `SO_REUSEPORT` listener on the proxy address, so a connection's requests
 /// never hop between threads (measured: cross-thread wake-ups cost more than the work of a
 /// cache hit). Shared state (cache, pool, metrics) is one `Arc` for all of them.
-pub async fn run(config: Config, shutdown: watch::Receiver<bool>) -> Result<(), RunError> {
+pub async fn run(
+    config: Config,
+    reload: Option<Reload>,
+    shutdown: watch::Receiver<bool>,
+) -> Result<(), RunError> {
     // SO_REUSEPORT would also let a second icecache share the port unnoticed: a plain bind
     // first fails if anything listens there already, and fixes the port when 0 was asked for.
     let listen = std::net::TcpListener::bind(config.listen)
@@ -89,31 +95,43 @@ pub async fn run(config: Config, shutdown: watch::Receiver<bool>) -> Result<(), 
         None => None,
     };
     let case_extensions = header_case::canonical_case_extensions().await?;
-    let cache = config
-        .cache
-        .enabled
-        .then(|| TableCache::new(&config, upstream.clone(), metrics.clone(), case_extensions));
     let limits = Limits {
         max_header_bytes: config.max_header_bytes,
         header_read_timeout: config.header_read_timeout,
         max_connections: config.max_connections,
         shutdown_grace: config.shutdown_grace,
     };
+    let separator = Separator::new(&config.namespace_separator);
+    let identity = IdentityHasher::random(config.auth_headers.clone()).map_err(RunError::Random)?;
+    let cache_enabled = config.cache.enabled;
+    let live = Arc::new(Live::new(config));
+    let cache = cache_enabled.then(|| {
+        TableCache::new(
+            live.clone(),
+            upstream.clone(),
+            metrics.clone(),
+            case_extensions,
+        )
+    });
     let state = Arc::new(AppState {
-        separator: Separator::new(&config.namespace_separator),
-        identity: IdentityHasher::random(config.auth_headers.clone()).map_err(RunError::Random)?,
-        config,
+        separator,
+        identity,
+        live,
         upstream,
         metrics,
         cache,
     });
+    let config = state.config();
     tracing::info!(
-        listen = %state.config.listen,
-        admin = %state.config.admin_listen,
-        workers = state.config.workers,
-        upstream = %state.config.upstream,
+        listen = %config.listen,
+        admin = %config.admin_listen,
+        workers = config.workers,
+        upstream = %config.upstream,
         "icecache started"
     );
+    if let Some(reload) = reload {
+        tokio::spawn(reload_on_sighup(state.clone(), reload, shutdown.clone()));
+    }
 
     let admin_state = state.clone();
     let admin = tokio::spawn(server::serve(
@@ -125,7 +143,7 @@ pub async fn run(config: Config, shutdown: watch::Receiver<bool>) -> Result<(), 
     ));
     // The connection limit is shared out among the workers' listeners.
     let limits = Limits {
-        max_connections: limits.max_connections.div_ceil(state.config.workers),
+        max_connections: limits.max_connections.div_ceil(config.workers),
         ..limits
     };
     let mut listeners = proxy_listeners.into_iter();
@@ -176,6 +194,70 @@ async fn serve_proxy(
     )
     .await;
     Ok(())
+}
+
+/// How to re-read the configuration on SIGHUP: the command line's settings (flags and
+/// environment, which still win over the file) and the log filter to update.
+pub struct Reload {
+    pub cli: config::Settings,
+    pub set_log_level: logging::SetLogLevel,
+}
+
+/// Re-reads the config file on every SIGHUP until shutdown. An invalid file is refused and the
+/// running configuration stays; settings that need a restart keep their running values.
+async fn reload_on_sighup(
+    state: Arc<AppState>,
+    reload: Reload,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        let Ok(mut hangups) = signal(SignalKind::hangup()) else {
+            tracing::warn!("cannot listen for SIGHUP; configuration reload is off");
+            return;
+        };
+        loop {
+            tokio::select! {
+                _ = hangups.recv() => reload_now(&state, &reload),
+                changed = shutdown.changed() => if changed.is_err() || *shutdown.borrow() { return },
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = (state, reload, shutdown.changed().await);
+    }
+}
+
+fn reload_now(state: &AppState, reload: &Reload) {
+    let result = |label: &str| {
+        state
+            .metrics
+            .config_reloads
+            .with_label_values(&[label])
+            .inc()
+    };
+    let new = match config::load(reload.cli.clone()) {
+        Ok(new) => new,
+        Err(e) => {
+            result("rejected");
+            tracing::error!(error = %e, "configuration reload refused; the running configuration stays");
+            return;
+        }
+    };
+    if let Err(e) = (reload.set_log_level)(&new.log_level) {
+        tracing::warn!(error = %e, "log level not changed");
+    }
+    let kept = state.live.reload(new);
+    if !kept.is_empty() {
+        tracing::warn!(
+            keys = ?kept,
+            "configuration reloaded; these settings need a restart and keep their running values"
+        );
+    }
+    result("applied");
+    tracing::info!("configuration reloaded");
 }
 
 fn bind_error(what: &'static str, addr: std::net::SocketAddr, source: std::io::Error) -> RunError {

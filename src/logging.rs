@@ -1,19 +1,37 @@
-//! Log output: one line per request at info, as text or JSON.
+//! Log output: one line per request at info, as text or JSON; the filter can be changed while
+//! running (SIGHUP reload).
 
-use tracing_subscriber::EnvFilter;
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
+use tracing_subscriber::{fmt, reload, EnvFilter, Registry};
 
 use crate::config::{Config, LogFormat};
 
-pub fn init(config: &Config) {
+/// Changes the log filter of the running process.
+pub type SetLogLevel = Box<dyn Fn(&str) -> Result<(), String> + Send + Sync>;
+
+pub fn init(config: &Config) -> SetLogLevel {
     // The filter was validated with the rest of the config.
     let filter = EnvFilter::try_new(&config.log_level).unwrap_or_else(|_| EnvFilter::new("info"));
+    let (filter, handle) = reload::Layer::<EnvFilter, Registry>::new(filter);
     // Colour codes only for a person at a terminal, never into a log file or collector.
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_writer(std::io::stderr);
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let registry = tracing_subscriber::registry().with(filter);
     let _ = match config.log_format {
-        LogFormat::Json => builder.json().flatten_event(true).try_init(),
-        LogFormat::Text => builder.try_init(),
+        LogFormat::Json => registry
+            .with(
+                fmt::layer()
+                    .json()
+                    .flatten_event(true)
+                    .with_writer(std::io::stderr),
+            )
+            .try_init(),
+        LogFormat::Text => registry
+            .with(fmt::layer().with_ansi(ansi).with_writer(std::io::stderr))
+            .try_init(),
     };
+    Box::new(move |level: &str| {
+        let filter = EnvFilter::try_new(level).map_err(|e| e.to_string())?;
+        handle.reload(filter).map_err(|e| e.to_string())
+    })
 }

@@ -31,6 +31,7 @@ fn main() -> ExitCode {
             }
         };
     }
+    let cli_settings = cli.settings.clone();
     let config = match config::load(cli.settings) {
         Ok(config) => config,
         Err(e) => {
@@ -38,7 +39,7 @@ fn main() -> ExitCode {
             return ExitCode::from(EXIT_CONFIG as u8);
         }
     };
-    icecache::logging::init(&config);
+    let set_log_level = icecache::logging::init(&config);
     // This thread's runtime serves the admin port and one proxy worker; `run` starts the others.
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -57,7 +58,11 @@ fn main() -> ExitCode {
             tracing::info!("shutdown signal received; draining");
             let _ = stop.send(true);
         });
-        match icecache::run(config, stopped).await {
+        let reload = icecache::Reload {
+            cli: cli_settings,
+            set_log_level,
+        };
+        match icecache::run(config, Some(reload), stopped).await {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("icecache: {e}");

@@ -26,6 +26,7 @@ pub struct Metrics {
     pub credentials_stripped: IntCounter,
     pub credentials_injected: IntCounter,
     pub authz_revalidations: IntCounterVec,
+    pub config_reloads: IntCounterVec,
 }
 
 fn counter_vec(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
@@ -170,6 +171,12 @@ impl Metrics {
                  by result (allowed, changed, denied, error).",
                 &["result"],
             ),
+            config_reloads: counter_vec(
+                &r,
+                "icecache_config_reloads_total",
+                "Configuration reloads on SIGHUP, by result (applied, rejected).",
+                &["result"],
+            ),
             registry: r,
         }
         .with_known_series()
@@ -178,7 +185,8 @@ impl Metrics {
     /// Creates the series of every bounded label value at zero, so that rates and alerts see
     /// them before the first event.
     fn with_known_series(self) -> Self {
-        let known: [(&IntCounterVec, &[&str]); 4] = [
+        let known: [(&IntCounterVec, &[&str]); 5] = [
+            (&self.config_reloads, &["applied", "rejected"]),
             (
                 &self.cache_evictions,
                 &["size", "expired", "invalidated", "replaced"],

@@ -22,6 +22,7 @@ use crate::config::Config;
 use crate::error::ProxyError;
 use crate::headers::{prepare_forwarded, remove_hop_by_hop};
 use crate::identity::{IdentityHasher, Scope};
+use crate::live::Live;
 use crate::metrics::Metrics;
 use crate::policy::{Identity, Policy};
 use crate::route::{classify, Operation, Route};
@@ -32,7 +33,7 @@ use crate::upstream::{Upstream, UpstreamError};
 const MAX_INSPECTED_BODY: usize = 64 << 20;
 
 pub struct AppState {
-    pub config: Config,
+    pub live: Arc<Live>,
     pub upstream: Arc<Upstream>,
     pub metrics: Arc<Metrics>,
     pub cache: Option<Arc<TableCache>>,
@@ -41,9 +42,14 @@ pub struct AppState {
 }
 
 impl AppState {
+    /// The configuration in force (replaced on SIGHUP).
+    pub fn config(&self) -> Arc<Config> {
+        self.live.get()
+    }
+
     /// The scheme clients reach the proxy listener with.
     pub fn scheme(&self) -> &'static str {
-        if self.config.tls.is_some() {
+        if self.config().tls.is_some() {
             "https"
         } else {
             "http"
@@ -105,7 +111,11 @@ async fn dispatch(
     peer: SocketAddr,
 ) -> Result<Answer, ProxyError> {
     let operation = route.operation;
-    let policy = state.config.policies.for_prefix(route.prefix.as_deref());
+    let policy = state
+        .config()
+        .policies
+        .for_prefix(route.prefix.as_deref())
+        .clone();
     if !policy.credentials.forwards_delegation() {
         // Under strip and inject the catalog is not asked to vend credentials at all.
         request.headers_mut().remove(&ACCESS_DELEGATION);
@@ -115,7 +125,7 @@ async fn dispatch(
     }
     if operation == Operation::LoadTable {
         if let Some(cache) = &state.cache {
-            return load_table(state, cache, policy, route, request, peer).await;
+            return load_table(state, cache, &policy, route, request, peer).await;
         }
     }
     if operation.is_mutation() {
@@ -194,7 +204,7 @@ async fn config(
         .await
         .map_err(|message| {
             ProxyError::Upstream(UpstreamError::Protocol {
-                upstream: state.config.upstream.to_string(),
+                upstream: state.config().upstream.to_string(),
                 message: format!("config response could not be read: {message}"),
             })
         })?;
@@ -228,7 +238,7 @@ async fn read_bounded(mut body: Body, limit: usize) -> Result<Bytes, String> {
 /// The URL clients reach icecache at: `public_url` when configured, else what the request says
 /// (`X-Forwarded-Proto`/`X-Forwarded-Host` from a proxy in front, then `Host`).
 fn public_url(state: &AppState, request: &Request<Incoming>) -> String {
-    if let Some(url) = &state.config.public_url {
+    if let Some(url) = &state.config().public_url {
         return url.clone();
     }
     let headers = request.headers();
@@ -238,7 +248,7 @@ fn public_url(state: &AppState, request: &Request<Incoming>) -> String {
         .or_else(|| text("host"))
         .map(str::to_owned)
         .or_else(|| request.uri().authority().map(|a| a.to_string()))
-        .unwrap_or_else(|| state.config.listen.to_string());
+        .unwrap_or_else(|| state.config().listen.to_string());
     format!("{proto}://{host}")
 }
 

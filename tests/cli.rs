@@ -89,7 +89,11 @@ fn check_config_refuses_an_unknown_key_with_exit_64() {
 
 #[test]
 fn check_config_refuses_a_malformed_upstream() {
-    for upstream in ["not a url", "ftp://catalog", "http://catalog:8181/iceberg?x=1"] {
+    for upstream in [
+        "not a url",
+        "ftp://catalog",
+        "http://catalog:8181/iceberg?x=1",
+    ] {
         let file = config_file(&format!("upstream = \"{upstream}\"\n"));
         let output = icecache(&["check-config", file.0.to_str().unwrap()]);
         assert_eq!(output.status.code(), Some(64), "{upstream}");

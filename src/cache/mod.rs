@@ -19,14 +19,15 @@ use tokio::time::Instant;
 
 use crate::body::chain;
 use crate::body::{empty, full, Body};
-use crate::config::{CacheConfig, Config};
+use crate::config::CacheConfig;
 use crate::credentials::{self, spliced, Vended};
 use crate::error::iceberg_error;
 use crate::etag::{if_none_match_matches, strong_etag};
 use crate::headers::remove_hop_by_hop;
 use crate::identity::Scope;
+use crate::live::Live;
 use crate::metrics::Metrics;
-use crate::policy::{Credentials, Identity, Injection, KeyPatterns, Policy};
+use crate::policy::{Credentials, Identity, Injection, Policy};
 use crate::route::Operation;
 use crate::upstream::{Upstream, UpstreamError};
 use store::{Entry, FillTicket, Gzipped, NewEntry, Store};
@@ -163,39 +164,41 @@ pub struct Caller<'a> {
 pub struct TableCache {
     store: Store,
     inflight: Mutex<HashMap<CacheKey, SharedFill>>,
-    config: CacheConfig,
-    strip_keys: KeyPatterns,
-    authz_ttl: Duration,
+    live: Arc<Live>,
     upstream: Arc<Upstream>,
     metrics: Arc<Metrics>,
     case_extensions: Extensions,
 }
 
 impl TableCache {
+    /// The memory bound and the time entries are kept at all are fixed at start-up; freshness,
+    /// policies and limits are read from `live` on every use, so a reload applies at once.
     pub fn new(
-        config: &Config,
+        live: Arc<Live>,
         upstream: Arc<Upstream>,
         metrics: Arc<Metrics>,
         case_extensions: Extensions,
     ) -> Arc<Self> {
-        let strip_keys = config.strip_keys.clone();
-        let authz_ttl = config.authz_ttl;
-        let config = config.cache.clone();
+        let config = live.get().cache.clone();
         metrics
             .cache_max_bytes
             .set(i64::try_from(config.max_bytes).unwrap_or(i64::MAX));
-        let retain_for =
-            config.fresh_for + config.stale_while_revalidate.max(config.stale_if_error);
+        // Reloads may lengthen the stale windows: keep entries at least ten minutes.
+        let retain_for = (config.fresh_for
+            + config.stale_while_revalidate.max(config.stale_if_error))
+        .max(Duration::from_secs(600));
         Arc::new(TableCache {
             store: Store::new(config.max_bytes, retain_for, metrics.clone()),
             inflight: Mutex::default(),
-            config,
-            strip_keys,
-            authz_ttl,
+            live,
             upstream,
             metrics,
             case_extensions,
         })
+    }
+
+    fn settings(&self) -> CacheConfig {
+        self.live.get().cache.clone()
     }
 
     /// Answers a loadTable request from the cache, filling or revalidating as needed.
@@ -230,7 +233,9 @@ impl TableCache {
                 .answer(&key, &outcome, label, led, caller, make_request, may_refill)
                 .await;
         };
-        if now < entry.fresh_until {
+        let settings = self.settings();
+        let fresh_until = entry.fresh_until(settings.fresh_for);
+        if now < fresh_until {
             return self
                 .deliver(
                     &key,
@@ -242,8 +247,8 @@ impl TableCache {
                 )
                 .await;
         }
-        let stale_for = now.duration_since(entry.fresh_until);
-        if stale_for < self.config.stale_while_revalidate {
+        let stale_for = now.duration_since(fresh_until);
+        if stale_for < settings.stale_while_revalidate {
             // Started and left running: the fill task outlives this request.
             let _background = self.join_fill(&key, caller, make_request, Some(entry.clone()));
             return self
@@ -264,7 +269,7 @@ impl TableCache {
             FillOutcome::Uncacheable(b) => b.status.is_server_error(),
             _ => false,
         };
-        if upstream_failed && stale_for < self.config.stale_if_error {
+        if upstream_failed && stale_for < settings.stale_if_error {
             return self
                 .deliver(
                     &key,
@@ -365,7 +370,7 @@ impl TableCache {
         remove_hop_by_hop(&mut parts.headers);
         if parts.status == StatusCode::NOT_MODIFIED && entry.upstream_etag.is_some() {
             result("allowed");
-            entry.confirm(caller.scope, Instant::now() + self.authz_ttl);
+            entry.confirm(caller.scope, Instant::now() + self.live.get().authz_ttl);
             return Lookup::Answer(self.serve(entry, label, caller), label);
         }
         let body = match self.read_body(body).await {
@@ -382,7 +387,7 @@ impl TableCache {
                 .is_some_and(|prepared| prepared.etag == entry.etag);
             if same {
                 result("allowed");
-                entry.confirm(caller.scope, Instant::now() + self.authz_ttl);
+                entry.confirm(caller.scope, Instant::now() + self.live.get().authz_ttl);
                 return Lookup::Answer(self.serve(entry, label, caller), label);
             }
             // The table moved on since the entry was filled: refill it with this caller's
@@ -593,7 +598,7 @@ impl TableCache {
 
     /// Reads a catalog body whole, up to `max_entry_bytes` and within the request timeout.
     async fn read_body(&self, body: hyper::body::Incoming) -> Result<Bytes, BodyError> {
-        let limit = usize::try_from(self.config.max_entry_bytes).unwrap_or(usize::MAX);
+        let limit = usize::try_from(self.settings().max_entry_bytes).unwrap_or(usize::MAX);
         let timeout = self.upstream.request_timeout();
         match tokio::time::timeout(timeout, Limited::new(body, limit).collect()).await {
             Err(_) => Err(BodyError::Upstream(UpstreamError::Timeout {
@@ -624,7 +629,7 @@ impl TableCache {
         let (body, vended, config_empty) = match policy.credentials {
             Credentials::Passthrough => (body.clone(), credentials::inspect(body).ok()?, false),
             Credentials::Strip | Credentials::Inject => {
-                let stripped = credentials::strip(body, &self.strip_keys).ok()?;
+                let stripped = credentials::strip(body, &self.live.get().strip_keys).ok()?;
                 if stripped.removed > 0 {
                     self.metrics.credentials_stripped.inc();
                 }
@@ -687,7 +692,7 @@ impl TableCache {
             .get(header::CONTENT_LENGTH)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.parse::<u64>().ok());
-        if declared_length.is_some_and(|n| n > self.config.max_entry_bytes) {
+        if declared_length.is_some_and(|n| n > self.settings().max_entry_bytes) {
             return FillOutcome::TooLarge;
         }
         let body = match self.read_body(body).await {
@@ -707,12 +712,10 @@ impl TableCache {
                 body,
             });
         };
-        let servable = prepared.vended.servable_for(self.config.fresh_for);
-        let retained = self.config.fresh_for
-            + self
-                .config
-                .stale_if_error
-                .max(self.config.stale_while_revalidate);
+        let settings = self.settings();
+        let servable = prepared.vended.servable_for(settings.fresh_for);
+        let retained =
+            settings.fresh_for + settings.stale_if_error.max(settings.stale_while_revalidate);
         if servable.is_some_and(|servable| servable < retained) {
             self.metrics.cache_credential_caps.inc();
         }
@@ -731,7 +734,7 @@ impl TableCache {
         let upstream_etag = parts.headers.get(header::ETAG).cloned();
         let headers = entry_headers(parts.headers, &prepared.etag, prepared.length);
         // Compressed once per fill, off the async threads; never a body with injected secrets.
-        let gzip = if self.config.gzip
+        let gzip = if self.settings().gzip
             && prepared.injection.is_none()
             && prepared.body.len() >= GZIP_MIN_BYTES
         {
@@ -757,7 +760,6 @@ impl TableCache {
                 config_empty: prepared.config_empty,
                 gzip,
                 stored_at: requested_at,
-                fresh_until: capped(requested_at + self.config.fresh_for, servable_until),
                 servable_until,
             },
         )
@@ -773,7 +775,6 @@ impl TableCache {
             config_empty: old.config_empty,
             gzip: old.gzip.clone(),
             stored_at: now,
-            fresh_until: capped(now + self.config.fresh_for, old.servable_until),
             servable_until: old.servable_until,
         }
     }
@@ -792,7 +793,7 @@ impl TableCache {
             Ok(stored) => stored,
             Err(unstored) => unstored,
         };
-        entry.confirm(leader.scope, Instant::now() + self.authz_ttl);
+        entry.confirm(leader.scope, Instant::now() + self.live.get().authz_ttl);
         FillOutcome::Stored(entry)
     }
 
@@ -848,8 +849,8 @@ impl TableCache {
         (entries, bytes)
     }
 
-    pub fn config(&self) -> &CacheConfig {
-        &self.config
+    pub fn max_bytes(&self) -> u64 {
+        self.settings().max_bytes
     }
 }
 
@@ -880,10 +881,6 @@ fn gzipped(body: Bytes, identity_headers: &HeaderMap, etag: &HeaderValue) -> Gzi
         headers,
         etag,
     }
-}
-
-fn capped(fresh_until: Instant, servable_until: Option<Instant>) -> Instant {
-    servable_until.map_or(fresh_until, |until| fresh_until.min(until))
 }
 
 /// Only `200` JSON answers in identity encoding, and never what the catalog marked `no-store`.

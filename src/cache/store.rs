@@ -51,7 +51,6 @@ pub struct Entry {
     /// The catalog's ETag, used only to revalidate upstream.
     pub upstream_etag: Option<HeaderValue>,
     pub stored_at: Instant,
-    pub fresh_until: Instant,
     /// Past this instant the body's vended credentials are too close to expiry: the entry is
     /// neither served nor confirmed with a 304, stale or not.
     pub servable_until: Option<Instant>,
@@ -73,6 +72,14 @@ impl Entry {
             && self
                 .servable_until
                 .is_none_or(|until| Instant::now() < until)
+    }
+
+    /// Until when the entry is served without asking upstream: `fresh_for` (as configured now)
+    /// after it was fetched or confirmed, never past its credentials' window.
+    pub fn fresh_until(&self, fresh_for: Duration) -> Instant {
+        let fresh_until = self.stored_at + fresh_for;
+        self.servable_until
+            .map_or(fresh_until, |until| fresh_until.min(until))
     }
 
     pub fn confirm(&self, scope: Scope, until: Instant) {
@@ -118,7 +125,6 @@ pub struct NewEntry {
     pub etag: HeaderValue,
     pub upstream_etag: Option<HeaderValue>,
     pub stored_at: Instant,
-    pub fresh_until: Instant,
     pub servable_until: Option<Instant>,
     pub injection: Option<Arc<Injection>>,
     pub config_empty: bool,
@@ -203,7 +209,6 @@ impl Store {
             etag: new.etag,
             upstream_etag: new.upstream_etag,
             stored_at: new.stored_at,
-            fresh_until: new.fresh_until,
             servable_until: new.servable_until,
             injection: new.injection,
             config_empty: new.config_empty,
