@@ -12,7 +12,7 @@ use hyper::body::Incoming;
 use serde::Deserialize;
 use tokio::time::Instant;
 
-use crate::body::{full, stream, Body};
+use crate::body::{full, stream, stream_with_idle_timeout, Body};
 use crate::cache::{
     CacheKey, CacheOutcome, Caller, FillRequest, Lookup, TableCache, TableId, ACCESS_DELEGATION,
     X_CACHE,
@@ -459,7 +459,11 @@ async fn forward(
         .await?;
     let (mut parts, body) = response.into_parts();
     remove_hop_by_hop(&mut parts.headers);
-    Ok(Response::from_parts(parts, stream(body)))
+    let idle = state.config().request_timeout;
+    Ok(Response::from_parts(
+        parts,
+        stream_with_idle_timeout(body, idle),
+    ))
 }
 
 #[cfg(test)]
