@@ -24,7 +24,7 @@ use crate::headers::{prepare_forwarded, remove_hop_by_hop};
 use crate::identity::{IdentityHasher, Scope};
 use crate::live::Live;
 use crate::metrics::Metrics;
-use crate::policy::{Identity, Policy};
+use crate::policy::{Credentials, Identity, Policy};
 use crate::route::{classify, Operation, Route};
 use crate::upstream::{Upstream, UpstreamError};
 
@@ -176,6 +176,27 @@ async fn load_table(
         if let Lookup::Answer(response, outcome) = cache.load(key, &caller, fill).await {
             return Ok((response, Some(outcome)));
         }
+    }
+    if policy.credentials != Credentials::Passthrough {
+        // Never a raw stream under strip or inject: it could carry vended credentials.
+        let caller = Caller {
+            scope: caller_scope,
+            policy,
+            if_none_match: &[],
+            accepts_gzip: false,
+        };
+        let representation = if parts
+            .uri
+            .query()
+            .is_some_and(|q| q.contains("snapshots=refs"))
+        {
+            "refs"
+        } else {
+            "all"
+        };
+        let request = fill_request(state, &parts, peer);
+        let response = cache.uncached(representation, &caller, request).await;
+        return Ok((response, Some(CacheOutcome::Bypass)));
     }
     let mut response = forward(state, Operation::LoadTable, parts, stream(body), peer).await?;
     response.headers_mut().insert(

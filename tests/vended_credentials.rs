@@ -385,3 +385,81 @@ async fn under_strip_pyiceberg_still_loads_and_scans_with_its_own_keys() {
         "pyiceberg asks for vended credentials; under strip the catalog must not hear it"
     );
 }
+
+/// Many callers, some forbidden, load several tables concurrently in a random order under
+/// both a per-principal/passthrough and a revalidate/strip icecache: nobody ever receives
+/// another caller's keys, and a forbidden caller never receives a table.
+#[tokio::test]
+async fn isolation_holds_for_random_concurrent_callers_under_every_policy() {
+    let catalog = vending_catalog(Duration::from_secs(3600)).await;
+    let per_principal = Icecache::start(&catalog.url, &["--fresh-for", "1h"]).await;
+    let revalidate = Icecache::start(
+        &catalog.url,
+        &[
+            "--identity",
+            "revalidate",
+            "--credentials",
+            "strip",
+            "--fresh-for",
+            "1h",
+            "--authz-ttl",
+            "200ms",
+        ],
+    )
+    .await;
+    let client = reqwest::Client::new();
+    // A fixed-seed linear congruential generator: random order, reproducible failures.
+    let mut seed: u64 = 0x1ce_cac4e;
+    let mut next = move |n: u64| {
+        seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (seed >> 33) % n
+    };
+    let mut tasks = Vec::new();
+    for _ in 0..600 {
+        let caller = match next(10) {
+            0 => "forbidden".to_owned(),
+            n => format!("caller-{n}"),
+        };
+        let table = format!("t{}", next(4));
+        let strip = next(2) == 1;
+        let base = if strip {
+            revalidate.url.clone()
+        } else {
+            per_principal.url.clone()
+        };
+        let request = client
+            .get(format!("{base}/v1/namespaces/db/tables/{table}"))
+            .bearer_auth(&caller)
+            .header("x-iceberg-access-delegation", "vended-credentials");
+        tasks.push(tokio::spawn(async move {
+            let response = request.send().await.unwrap();
+            let status = response.status();
+            let body = response.text().await.unwrap();
+            (caller, strip, status, body)
+        }));
+        if next(8) == 0 {
+            tokio::time::sleep(Duration::from_millis(next(30))).await;
+        }
+    }
+    for task in tasks {
+        let (caller, strip, status, body) = task.await.unwrap();
+        if caller == "forbidden" {
+            assert_eq!(status, 403, "a forbidden caller got {status}: {body:.120}");
+            continue;
+        }
+        assert_eq!(status, 200);
+        let body: Value = serde_json::from_str(&body).unwrap();
+        let key = &body["config"]["s3.access-key-id"];
+        if strip {
+            assert!(key.is_null(), "a stripped body carried {key}");
+        } else {
+            let key = key.as_str().unwrap();
+            assert!(
+                key.ends_with(&format!("-Bearer {caller}")),
+                "{caller} received {key}"
+            );
+        }
+    }
+}

@@ -383,7 +383,7 @@ impl TableCache {
         };
         if parts.status == StatusCode::OK && is_cacheable(parts.status, &parts.headers) {
             let same = self
-                .prepare(key, &body, caller.policy)
+                .prepare(key.snapshots.as_str(), &body, caller.policy)
                 .is_some_and(|prepared| prepared.etag == entry.etag);
             if same {
                 result("allowed");
@@ -575,6 +575,70 @@ impl TableCache {
         outcome
     }
 
+    /// A loadTable answered without the cache under `strip` or `inject`: the body is read whole
+    /// and the policy applied, so no vended credential passes even when nothing is cached. A
+    /// body larger than `STRIP_LIMIT` cannot be checked and is refused.
+    pub async fn uncached(
+        &self,
+        representation: &str,
+        caller: &Caller<'_>,
+        request: Result<FillRequest, UpstreamError>,
+    ) -> Response<Body> {
+        let response = match request {
+            Ok(request) => self.send_get(request, None).await,
+            Err(e) => Err(e),
+        };
+        let (mut parts, body) = match response {
+            Ok(response) => response.into_parts(),
+            Err(e) => return upstream_error(&e),
+        };
+        remove_hop_by_hop(&mut parts.headers);
+        let body = match self.read_body_up_to(body, STRIP_LIMIT).await {
+            Ok(body) => body,
+            Err(BodyError::TooLarge) => {
+                return iceberg_error(
+                    StatusCode::BAD_GATEWAY,
+                    "BadGatewayException",
+                    &format!(
+                        "the catalog's answer is larger than {STRIP_LIMIT} bytes: too large to \
+                         remove vended credentials from, so it is not passed on"
+                    ),
+                )
+            }
+            Err(BodyError::Upstream(e)) => return upstream_error(&e),
+        };
+        let label = CacheOutcome::Bypass;
+        let prepared = (parts.status == StatusCode::OK)
+            .then(|| self.prepare(representation, &body, caller.policy))
+            .flatten();
+        let Some(prepared) = prepared else {
+            let buffered = Buffered {
+                status: parts.status,
+                headers: parts.headers,
+                body,
+            };
+            return buffered.response(label);
+        };
+        let headers = entry_headers(parts.headers, &prepared.etag, prepared.length);
+        let body = match &prepared.injection {
+            Some(injection) => {
+                self.metrics.credentials_injected.inc();
+                chain(spliced(
+                    &prepared.body,
+                    &injection.fragment,
+                    prepared.config_empty,
+                ))
+            }
+            None => full(prepared.body),
+        };
+        let mut response = Response::new(body);
+        *response.headers_mut() = headers;
+        response
+            .headers_mut()
+            .insert(X_CACHE.clone(), HeaderValue::from_static(label.as_str()));
+        response
+    }
+
     /// A GET to the catalog with the given headers, conditional on `upstream_etag` when given.
     async fn send_get(
         &self,
@@ -598,7 +662,16 @@ impl TableCache {
 
     /// Reads a catalog body whole, up to `max_entry_bytes` and within the request timeout.
     async fn read_body(&self, body: hyper::body::Incoming) -> Result<Bytes, BodyError> {
-        let limit = usize::try_from(self.settings().max_entry_bytes).unwrap_or(usize::MAX);
+        self.read_body_up_to(body, self.settings().max_entry_bytes)
+            .await
+    }
+
+    async fn read_body_up_to(
+        &self,
+        body: hyper::body::Incoming,
+        limit: u64,
+    ) -> Result<Bytes, BodyError> {
+        let limit = usize::try_from(limit).unwrap_or(usize::MAX);
         let timeout = self.upstream.request_timeout();
         match tokio::time::timeout(timeout, Limited::new(body, limit).collect()).await {
             Err(_) => Err(BodyError::Upstream(UpstreamError::Timeout {
@@ -621,7 +694,7 @@ impl TableCache {
 
     /// Applies the credential policy to a LoadTableResult and computes the ETag of what will be
     /// served; None when the body is not a LoadTableResult.
-    fn prepare(&self, key: &CacheKey, body: &Bytes, policy: &Policy) -> Option<Prepared> {
+    fn prepare(&self, representation: &str, body: &Bytes, policy: &Policy) -> Option<Prepared> {
         let injection = match policy.credentials {
             Credentials::Passthrough => None,
             Credentials::Strip | Credentials::Inject => policy.injection.clone(),
@@ -636,7 +709,6 @@ impl TableCache {
                 (stripped.body, stripped.vended, stripped.config_empty)
             }
         };
-        let representation = key.snapshots.as_str();
         let (etag, length) = match &injection {
             Some(injection) => {
                 let parts = spliced(&body, &injection.fragment, config_empty);
@@ -701,7 +773,7 @@ impl TableCache {
             Err(BodyError::Upstream(e)) => return FillOutcome::Failed(e),
         };
         let prepared = if is_cacheable(parts.status, &parts.headers) {
-            self.prepare(key, &body, &leader.policy)
+            self.prepare(key.snapshots.as_str(), &body, &leader.policy)
         } else {
             None
         };
@@ -853,6 +925,10 @@ impl TableCache {
         self.settings().max_bytes
     }
 }
+
+/// The largest loadTable answer read whole to apply `strip` or `inject` when it is not cached
+/// (real metadata reaches 250 MB).
+const STRIP_LIMIT: u64 = 512 << 20;
 
 /// Bodies smaller than this are not worth a gzip copy.
 const GZIP_MIN_BYTES: usize = 1024;

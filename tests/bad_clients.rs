@@ -1,0 +1,201 @@
+//! Clients that misbehave get a clear answer or a closed connection, never a panic, and never
+//! hold icecache's resources for long.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use support::relay::Relay;
+use support::{catalog, free_port, Icecache};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+fn address(icecache: &Icecache) -> String {
+    icecache.url.trim_start_matches("http://").to_owned()
+}
+
+async fn healthy(icecache: &Icecache) -> bool {
+    reqwest::get(format!("{}/healthz", icecache.admin))
+        .await
+        .is_ok_and(|r| r.status().is_success())
+}
+
+/// Reads until the peer closes (or `limit` passes); returns what arrived and when it closed.
+async fn read_until_closed(stream: &mut TcpStream, limit: Duration) -> (Vec<u8>, Option<Duration>) {
+    let started = Instant::now();
+    let mut received = Vec::new();
+    let mut buffer = [0u8; 4096];
+    while started.elapsed() < limit {
+        match tokio::time::timeout(Duration::from_millis(100), stream.read(&mut buffer)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => return (received, Some(started.elapsed())),
+            Ok(Ok(n)) => received.extend_from_slice(&buffer[..n]),
+            Err(_) => {}
+        }
+    }
+    (received, None)
+}
+
+#[tokio::test]
+async fn a_slowloris_client_is_dropped_after_the_header_read_timeout() {
+    let icecache = Icecache::start(&catalog(), &["--header-read-timeout", "1s"]).await;
+    let mut stream = TcpStream::connect(address(&icecache)).await.unwrap();
+    stream
+        .write_all(b"GET /v1/config HTTP/1.1\r\nHost: x\r\n")
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let mut closed = false;
+    for i in 0..40 {
+        // One byte of a header every 100 ms: never a whole head.
+        if stream.write_all(&[b'a' + (i % 26) as u8]).await.is_err() {
+            closed = true;
+            break;
+        }
+        let mut buffer = [0u8; 1024];
+        if let Ok(Ok(n)) =
+            tokio::time::timeout(Duration::from_millis(100), stream.read(&mut buffer)).await
+        {
+            if n == 0 || String::from_utf8_lossy(&buffer[..n]).starts_with("HTTP/1.1 408") {
+                closed = true;
+                break;
+            }
+        }
+    }
+    assert!(closed, "the dribbling client was never dropped");
+    assert!(started.elapsed() < Duration::from_secs(3));
+    assert!(healthy(&icecache).await);
+}
+
+#[tokio::test]
+async fn a_megabyte_of_headers_gets_431() {
+    let icecache = Icecache::start(&catalog(), &[]).await;
+    let response = reqwest::Client::new()
+        .get(format!("{}/v1/config", icecache.url))
+        .header("x-padding", "a".repeat(1 << 20))
+        .send()
+        .await;
+    match response {
+        Ok(response) => assert_eq!(response.status(), 431),
+        // icecache may close the connection while the client is still writing 1 MB.
+        Err(e) => assert!(e.is_request() || e.is_connect() || e.is_body(), "{e}"),
+    }
+    assert!(healthy(&icecache).await);
+}
+
+#[tokio::test]
+async fn an_absurd_query_string_is_refused_or_passed_on_never_a_crash() {
+    let icecache = Icecache::start(&catalog(), &[]).await;
+    let client = reqwest::Client::new();
+    for query in [
+        "a".repeat(200 << 10),
+        "x=%zz&%%%=&&&&==".to_owned(),
+        "snapshots=refs&snapshots=all&snapshots=".to_owned(),
+        "referenced-by=%FF%FE,%1F%1F,,".to_owned(),
+    ] {
+        let response = client
+            .get(format!(
+                "{}/v1/namespaces/db/tables/t?{query}",
+                icecache.url
+            ))
+            .send()
+            .await;
+        if let Ok(response) = response {
+            assert!(
+                response.status().as_u16() < 500,
+                "{query:.40}: {}",
+                response.status()
+            );
+        }
+    }
+    assert!(healthy(&icecache).await);
+}
+
+#[tokio::test]
+async fn pipelined_requests_are_answered_in_order() {
+    let icecache = Icecache::start(&catalog(), &[]).await;
+    let mut stream = TcpStream::connect(address(&icecache)).await.unwrap();
+    let one = "GET /v1/config HTTP/1.1\r\nHost: x\r\n\r\n";
+    let last = "GET /v1/no-such-thing HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+    stream
+        .write_all(format!("{one}{one}{last}").as_bytes())
+        .await
+        .unwrap();
+    let (received, closed) = read_until_closed(&mut stream, Duration::from_secs(5)).await;
+    assert!(closed.is_some());
+    let text = String::from_utf8_lossy(&received);
+    let statuses: Vec<&str> = text
+        .match_indices("HTTP/1.1 ")
+        .map(|(i, _)| &text[i + 9..i + 12])
+        .collect();
+    assert_eq!(statuses.len(), 3, "{text}");
+    assert_eq!(&statuses[..2], ["200", "200"]);
+    assert_ne!(statuses[2], "200");
+}
+
+#[tokio::test]
+async fn an_http2_stream_reset_mid_request_leaves_the_connection_usable() {
+    let relay = Relay::start(&catalog()).await;
+    let icecache = Icecache::start(&relay.url, &[]).await;
+    let client = reqwest::Client::builder()
+        .http2_prior_knowledge()
+        .build()
+        .unwrap();
+    relay.set_delay(Duration::from_millis(500));
+    // Dropping the request after 50 ms resets its stream.
+    let reset = client
+        .get(format!("{}/v1/config", icecache.url))
+        .timeout(Duration::from_millis(50))
+        .send()
+        .await;
+    assert!(reset.is_err());
+    relay.set_delay(Duration::ZERO);
+    let next = client
+        .get(format!("{}/v1/config", icecache.url))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(next.status(), 200);
+    assert_eq!(next.version(), reqwest::Version::HTTP_2);
+}
+
+#[tokio::test]
+async fn idle_connections_are_bounded_by_the_limit_and_dropped_by_the_head_timeout() {
+    let icecache = Icecache::start(
+        &catalog(),
+        &[
+            "--max-connections",
+            "50",
+            "--workers",
+            "1",
+            "--header-read-timeout",
+            "1s",
+        ],
+    )
+    .await;
+    let mut idle = Vec::new();
+    for _ in 0..200 {
+        idle.push(TcpStream::connect(address(&icecache)).await.unwrap());
+    }
+    // Idle connections never send a head: after the head timeout they are closed, and
+    // the next ones are accepted in turn until all are gone.
+    tokio::time::sleep(Duration::from_millis(5500)).await;
+    let response = reqwest::Client::new()
+        .get(format!("{}/v1/config", icecache.url))
+        .timeout(Duration::from_secs(5))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let status = std::fs::read_to_string(format!("/proc/{}/status", icecache.pid())).unwrap();
+    let rss_kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap();
+    assert!(
+        rss_kib < 64 * 1024,
+        "RSS {rss_kib} KiB with 200 idle connections"
+    );
+    drop(idle);
+    let _ = free_port();
+}
