@@ -8,6 +8,8 @@ pub mod config;
 pub mod credentials;
 pub mod error;
 pub mod etag;
+#[doc(hidden)]
+pub mod fuzz_targets;
 pub mod header_case;
 pub mod headers;
 pub mod identity;

@@ -1,0 +1,119 @@
+//! The checks the fuzz targets (`fuzz/`) run on arbitrary input, shared with the test that
+//! replays their committed corpus (`tests/fuzz_corpus.rs`). Each panics on a broken property;
+//! anything else (an error result) is a correct answer to bad input.
+
+use http::{HeaderMap, HeaderValue, Method};
+
+use crate::cache::CacheKey;
+use crate::config::Settings;
+use crate::credentials;
+use crate::etag::{if_none_match_matches, strong_etag};
+use crate::identity::Scope;
+use crate::policy::KeyPatterns;
+use crate::route::{classify, Operation};
+
+/// The route classifier and namespace decoder on an arbitrary path.
+pub fn route(data: &[u8]) {
+    let Ok(path) = std::str::from_utf8(data) else {
+        return;
+    };
+    for method in [Method::GET, Method::POST, Method::DELETE, Method::HEAD] {
+        for separator in ["%1F", "%2E", "."] {
+            if let Ok(route) = classify(&method, path, separator) {
+                if route.operation == Operation::LoadTable {
+                    let namespace = route.namespace.expect("a loadTable names a namespace");
+                    assert!(namespace.iter().all(|part| !part.is_empty()));
+                    assert!(!route.name.expect("a loadTable names a table").is_empty());
+                }
+            }
+        }
+    }
+}
+
+/// `If-None-Match` parsing: never panics, and a field holding exactly the current tag matches.
+pub fn if_none_match(data: &[u8]) {
+    let current = strong_etag("all", data);
+    if let Ok(field) = HeaderValue::from_bytes(data) {
+        let _ = if_none_match_matches([&field], &current);
+    }
+    let listed = HeaderValue::from_bytes(&[data, b", ", current.as_bytes()].concat());
+    if let Ok(listed) = listed {
+        // Garbage before the tag may make the list unparseable; then nothing matches.
+        let _ = if_none_match_matches([&listed], &current);
+    }
+    assert!(if_none_match_matches([&current], &current));
+}
+
+/// `X-Iceberg-Access-Delegation` and `referenced-by` on a loadTable key.
+pub fn key(data: &[u8]) {
+    let mut headers = HeaderMap::new();
+    if let Ok(value) = HeaderValue::from_bytes(data) {
+        headers.insert("x-iceberg-access-delegation", value);
+    }
+    let Ok(route) = classify(&Method::GET, "/v1/namespaces/db/tables/t", "%1F") else {
+        panic!("a fixed loadTable path classifies");
+    };
+    let query = format!("referenced-by={}", String::from_utf8_lossy(data));
+    let _ = CacheKey::for_load_table(&route, Some(&query), &headers, "%1F", Scope::SHARED);
+    let plain = CacheKey::for_load_table(&route, None, &headers, "%1F", Scope::SHARED);
+    assert!(
+        plain.is_some(),
+        "a loadTable without a query always has a key"
+    );
+}
+
+/// The credential stripper: never panics; what it returns is JSON without a secret key.
+pub fn strip(data: &[u8]) {
+    let _ = credentials::inspect(data);
+    let patterns = KeyPatterns::default();
+    let Ok(stripped) = credentials::strip(data, &patterns) else {
+        return;
+    };
+    let value: serde_json::Value =
+        serde_json::from_slice(&stripped.body).expect("strip writes JSON");
+    let config = value["config"]
+        .as_object()
+        .expect("strip writes a config object");
+    assert!(
+        config.keys().all(|k| !patterns.matches(k)),
+        "a secret survived in config"
+    );
+    for credential in value["storage-credentials"]
+        .as_array()
+        .into_iter()
+        .flatten()
+    {
+        let config = credential["config"]
+            .as_object()
+            .expect("a storage credential config");
+        assert!(!config.is_empty(), "an emptied storage credential was kept");
+        assert!(
+            config.keys().all(|k| !patterns.matches(k)),
+            "a secret survived in storage-credentials"
+        );
+    }
+}
+
+/// The config parser and validator on arbitrary TOML. File paths are cleared first: the
+/// validator reads the files they name, and a fuzzer must not read the machine's files.
+pub fn config(data: &[u8]) {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    let Ok(mut settings) = toml::from_str::<Settings>(text) else {
+        return;
+    };
+    settings.tls_cert = None;
+    settings.tls_key = None;
+    settings.tls_client_ca = None;
+    settings.upstream_ca = None;
+    settings.upstream_client_cert = None;
+    settings.upstream_client_key = None;
+    settings.inject = None;
+    if let Some(prefixes) = settings.prefixes.as_mut() {
+        for policy in prefixes.values_mut() {
+            policy.inject = None;
+        }
+    }
+    let _ = settings.validate();
+}
