@@ -162,6 +162,20 @@ async fn load_as(icecache: &Icecache, caller: Option<&str>) -> reqwest::Response
     request.send().await.unwrap()
 }
 
+/// icecache sharing one stripped body among callers, each checked upstream.
+async fn revalidating(catalog: &Fake, extra: &[&str]) -> Icecache {
+    let mut flags = vec![
+        "--identity",
+        "revalidate",
+        "--credentials",
+        "strip",
+        "--fresh-for",
+        "1h",
+    ];
+    flags.extend_from_slice(extra);
+    Icecache::start(&catalog.url, &flags).await
+}
+
 fn authorizations(catalog: &Fake) -> Vec<String> {
     catalog
         .headers()
@@ -255,18 +269,7 @@ async fn inject_serves_configured_keys_read_from_env_and_file() {
 #[tokio::test]
 async fn revalidate_checks_each_new_caller_upstream_with_its_own_token() {
     let catalog = vending_catalog(Duration::from_secs(3600)).await;
-    let icecache = Icecache::start(
-        &catalog.url,
-        &[
-            "--identity",
-            "revalidate",
-            "--credentials",
-            "strip",
-            "--fresh-for",
-            "1h",
-        ],
-    )
-    .await;
+    let icecache = revalidating(&catalog, &[]).await;
     let a = load_as(&icecache, Some("caller-a")).await;
     assert_eq!(a.headers()["x-cache"], "MISS");
     let a_body = a.bytes().await.unwrap();
@@ -286,18 +289,7 @@ async fn revalidate_checks_each_new_caller_upstream_with_its_own_token() {
 #[tokio::test]
 async fn revalidate_returns_the_catalogs_refusal_even_when_the_body_is_cached() {
     let catalog = vending_catalog(Duration::from_secs(3600)).await;
-    let icecache = Icecache::start(
-        &catalog.url,
-        &[
-            "--identity",
-            "revalidate",
-            "--credentials",
-            "strip",
-            "--fresh-for",
-            "1h",
-        ],
-    )
-    .await;
+    let icecache = revalidating(&catalog, &[]).await;
     assert_eq!(load_as(&icecache, Some("caller-a")).await.status(), 200);
     let forbidden = load_as(&icecache, Some("forbidden")).await;
     assert_eq!(forbidden.status(), 403);
@@ -318,20 +310,7 @@ async fn revalidate_returns_the_catalogs_refusal_even_when_the_body_is_cached() 
 #[tokio::test]
 async fn revalidate_confirmations_expire_after_authz_ttl() {
     let catalog = vending_catalog(Duration::from_secs(3600)).await;
-    let icecache = Icecache::start(
-        &catalog.url,
-        &[
-            "--identity",
-            "revalidate",
-            "--credentials",
-            "strip",
-            "--fresh-for",
-            "1h",
-            "--authz-ttl",
-            "300ms",
-        ],
-    )
-    .await;
+    let icecache = revalidating(&catalog, &["--authz-ttl", "300ms"]).await;
     load_as(&icecache, Some("caller-a")).await;
     assert_eq!(
         load_as(&icecache, Some("caller-a")).await.headers()["x-cache"],
@@ -393,20 +372,7 @@ async fn under_strip_pyiceberg_still_loads_and_scans_with_its_own_keys() {
 async fn isolation_holds_for_random_concurrent_callers_under_every_policy() {
     let catalog = vending_catalog(Duration::from_secs(3600)).await;
     let per_principal = Icecache::start(&catalog.url, &["--fresh-for", "1h"]).await;
-    let revalidate = Icecache::start(
-        &catalog.url,
-        &[
-            "--identity",
-            "revalidate",
-            "--credentials",
-            "strip",
-            "--fresh-for",
-            "1h",
-            "--authz-ttl",
-            "200ms",
-        ],
-    )
-    .await;
+    let revalidate = revalidating(&catalog, &["--authz-ttl", "200ms"]).await;
     let client = reqwest::Client::new();
     // A fixed-seed linear congruential generator: random order, reproducible failures.
     let mut seed: u64 = 0x1ce_cac4e;

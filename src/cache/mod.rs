@@ -151,6 +151,15 @@ enum FillOutcome {
 
 type SharedFill = Shared<BoxFuture<'static, Arc<FillOutcome>>>;
 
+/// One loadTable request as the cache handles it: the key, the caller, how to ask the catalog
+/// with the caller's headers, and whether a changed table may be refilled for it.
+struct Ask<'a> {
+    key: CacheKey,
+    caller: &'a Caller<'a>,
+    make_request: &'a (dyn Fn() -> Result<FillRequest, UpstreamError> + Sync + 'a),
+    may_refill: bool,
+}
+
 /// Who is asking, under which policy, and what they already hold.
 pub struct Caller<'a> {
     /// The caller's own identity scope (the key's scope may be shared).
@@ -208,61 +217,42 @@ impl TableCache {
         self: &Arc<Self>,
         key: CacheKey,
         caller: &Caller<'_>,
-        make_request: impl Fn() -> Result<FillRequest, UpstreamError>,
+        make_request: impl Fn() -> Result<FillRequest, UpstreamError> + Sync,
     ) -> Lookup {
-        self.load_once(key, caller, &make_request, true).await
+        let ask = Ask {
+            key,
+            caller,
+            make_request: &make_request,
+            may_refill: true,
+        };
+        self.load_once(&ask).await
     }
 
-    async fn load_once(
-        self: &Arc<Self>,
-        key: CacheKey,
-        caller: &Caller<'_>,
-        make_request: &(impl Fn() -> Result<FillRequest, UpstreamError> + ?Sized),
-        may_refill: bool,
-    ) -> Lookup {
+    async fn load_once(self: &Arc<Self>, ask: &Ask<'_>) -> Lookup {
+        let key = &ask.key;
         let now = Instant::now();
-        let Some(entry) = self.store.get(&key) else {
-            let (outcome, led) = self.join_fill(&key, caller, make_request, None);
+        let Some(entry) = self.store.get(key) else {
+            let (outcome, led) = self.join_fill(ask, None);
             let outcome = outcome.await;
             let label = if led {
                 CacheOutcome::Miss
             } else {
                 CacheOutcome::Coalesced
             };
-            return self
-                .answer(&key, &outcome, label, led, caller, make_request, may_refill)
-                .await;
+            return self.answer(ask, &outcome, label, led).await;
         };
         let settings = self.settings();
         let fresh_until = entry.fresh_until(settings.fresh_for);
         if now < fresh_until {
-            return self
-                .deliver(
-                    &key,
-                    &entry,
-                    CacheOutcome::Hit,
-                    caller,
-                    make_request,
-                    may_refill,
-                )
-                .await;
+            return self.deliver(ask, &entry, CacheOutcome::Hit).await;
         }
         let stale_for = now.duration_since(fresh_until);
         if stale_for < settings.stale_while_revalidate {
             // Started and left running: the fill task outlives this request.
-            let _background = self.join_fill(&key, caller, make_request, Some(entry.clone()));
-            return self
-                .deliver(
-                    &key,
-                    &entry,
-                    CacheOutcome::Stale,
-                    caller,
-                    make_request,
-                    may_refill,
-                )
-                .await;
+            let _background = self.join_fill(ask, Some(entry.clone()));
+            return self.deliver(ask, &entry, CacheOutcome::Stale).await;
         }
-        let (outcome, led) = self.join_fill(&key, caller, make_request, Some(entry.clone()));
+        let (outcome, led) = self.join_fill(ask, Some(entry.clone()));
         let outcome = outcome.await;
         let upstream_failed = match &*outcome {
             FillOutcome::Failed(_) => true,
@@ -270,46 +260,29 @@ impl TableCache {
             _ => false,
         };
         if upstream_failed && stale_for < settings.stale_if_error {
-            return self
-                .deliver(
-                    &key,
-                    &entry,
-                    CacheOutcome::Stale,
-                    caller,
-                    make_request,
-                    may_refill,
-                )
-                .await;
+            return self.deliver(ask, &entry, CacheOutcome::Stale).await;
         }
         let label = if led {
             CacheOutcome::Revalidated
         } else {
             CacheOutcome::Coalesced
         };
-        self.answer(&key, &outcome, label, led, caller, make_request, may_refill)
-            .await
+        self.answer(ask, &outcome, label, led).await
     }
 
-    #[allow(clippy::too_many_arguments)]
     async fn answer(
         self: &Arc<Self>,
-        key: &CacheKey,
+        ask: &Ask<'_>,
         outcome: &FillOutcome,
         label: CacheOutcome,
         led: bool,
-        caller: &Caller<'_>,
-        make_request: &(impl Fn() -> Result<FillRequest, UpstreamError> + ?Sized),
-        may_refill: bool,
     ) -> Lookup {
         match outcome {
-            FillOutcome::Stored(entry) => {
-                self.deliver(key, entry, label, caller, make_request, may_refill)
-                    .await
-            }
+            FillOutcome::Stored(entry) => self.deliver(ask, entry, label).await,
             // Under `revalidate` the fill was made with another caller's credentials: its
             // answer (a 403, say) says nothing about this caller, who asks for itself.
             FillOutcome::Uncacheable(_)
-                if !led && caller.policy.identity == Identity::Revalidate =>
+                if !led && ask.caller.policy.identity == Identity::Revalidate =>
             {
                 Lookup::PassThrough
             }
@@ -323,38 +296,28 @@ impl TableCache {
     /// confirmed for this entry is first checked upstream with its own credentials.
     async fn deliver(
         self: &Arc<Self>,
-        key: &CacheKey,
+        ask: &Ask<'_>,
         entry: &Arc<Entry>,
         label: CacheOutcome,
-        caller: &Caller<'_>,
-        make_request: &(impl Fn() -> Result<FillRequest, UpstreamError> + ?Sized),
-        may_refill: bool,
     ) -> Lookup {
+        let caller = ask.caller;
         if caller.policy.identity == Identity::Revalidate && !entry.is_confirmed(&caller.scope) {
-            return self
-                .authorize(key, entry, caller, make_request, may_refill)
-                .await;
+            return self.authorize(ask, entry).await;
         }
         Lookup::Answer(self.serve(entry, label, caller), label)
     }
 
     /// Asks the catalog, with the caller's own credentials, whether the caller may have the
     /// entry's version: a 304 (or an identical body) confirms it; a refusal goes back as is.
-    async fn authorize(
-        self: &Arc<Self>,
-        key: &CacheKey,
-        entry: &Arc<Entry>,
-        caller: &Caller<'_>,
-        make_request: &(impl Fn() -> Result<FillRequest, UpstreamError> + ?Sized),
-        may_refill: bool,
-    ) -> Lookup {
+    async fn authorize(self: &Arc<Self>, ask: &Ask<'_>, entry: &Arc<Entry>) -> Lookup {
+        let (key, caller) = (&ask.key, ask.caller);
         let result = |label: &str| {
             self.metrics
                 .authz_revalidations
                 .with_label_values(&[label])
                 .inc()
         };
-        let request = match make_request() {
+        let request = match (ask.make_request)() {
             Ok(request) => request,
             Err(e) => return Lookup::Answer(upstream_error(&e), CacheOutcome::Revalidated),
         };
@@ -394,8 +357,13 @@ impl TableCache {
             // credentials (once; a table changing that fast is passed through).
             result("changed");
             self.store.remove(key);
-            if may_refill {
-                return Box::pin(self.load_once(key.clone(), caller, make_request, false)).await;
+            if ask.may_refill {
+                let refill = Ask {
+                    key: key.clone(),
+                    may_refill: false,
+                    ..*ask
+                };
+                return Box::pin(self.load_once(&refill)).await;
             }
             return Lookup::PassThrough;
         }
@@ -466,13 +434,8 @@ impl TableCache {
 
     /// Joins the fill in flight for `key`, or starts one. Returns the fill and whether this
     /// call started it.
-    fn join_fill(
-        self: &Arc<Self>,
-        key: &CacheKey,
-        caller: &Caller<'_>,
-        make_request: &(impl Fn() -> Result<FillRequest, UpstreamError> + ?Sized),
-        stale: Option<Arc<Entry>>,
-    ) -> (SharedFill, bool) {
+    fn join_fill(self: &Arc<Self>, ask: &Ask<'_>, stale: Option<Arc<Entry>>) -> (SharedFill, bool) {
+        let (key, caller) = (&ask.key, ask.caller);
         let mut inflight = self.inflight.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(fill) = inflight.get(key) {
             self.metrics.cache_coalesced_waiters.inc();
@@ -488,7 +451,7 @@ impl TableCache {
                 return (done, false);
             }
         }
-        let request = match make_request() {
+        let request = match (ask.make_request)() {
             Ok(request) => request,
             Err(e) => {
                 let failed: SharedFill = futures::future::ready(Arc::new(FillOutcome::Failed(e)))
