@@ -242,3 +242,48 @@ fn check_config_refuses_a_secret_injected_as_a_literal_value() {
     assert_eq!(output.status.code(), Some(64));
     assert!(stderr(&output).contains("env"), "{}", stderr(&output));
 }
+
+#[test]
+fn json_logs_are_one_object_per_line_with_the_request_fields() {
+    let port = |()| {
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .unwrap()
+    };
+    let (listen, admin, dead) = (port(()), port(()), port(()));
+    let mut child = Command::new(env!("CARGO_BIN_EXE_icecache"))
+        .args(["--upstream", &format!("http://127.0.0.1:{dead}")])
+        .args(["--listen", &format!("127.0.0.1:{listen}")])
+        .args(["--admin-listen", &format!("127.0.0.1:{admin}")])
+        .args(["--log-format", "json"])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut answered = false;
+    for _ in 0..100 {
+        if let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", listen)) {
+            stream
+                .write_all(b"GET /v1/config HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                .unwrap();
+            let mut answer = String::new();
+            use std::io::Read;
+            let _ = stream.read_to_string(&mut answer);
+            answered = answer.starts_with("HTTP/1.1 502");
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(25));
+    }
+    assert!(answered, "icecache answered the request");
+    let _ = Command::new("kill").arg(child.id().to_string()).status();
+    let output = child.wait_with_output().unwrap();
+    let logs = String::from_utf8_lossy(&output.stderr);
+    let lines: Vec<serde_json::Value> = logs
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|_| panic!("not JSON: {line}")))
+        .collect();
+    assert!(
+        lines.iter().any(|l| l["route"] == "config" && l["status"] == 502 && l["method"] == "GET"),
+        "no request line in {logs}"
+    );
+}
