@@ -553,6 +553,11 @@ impl Settings {
         let tls = UpstreamTls {
             ca: self.upstream_ca.clone(),
             client_cert,
+            reload_every: positive_duration(
+                "tls_reload_interval",
+                &self.tls_reload_interval,
+                "5s",
+            )?,
         };
         if upstream.scheme == Scheme::HTTPS || tls.ca.is_some() || tls.client_cert.is_some() {
             crate::tls::client_config(&tls).map_err(|e| invalid("upstream_ca", e.to_string()))?;

@@ -83,7 +83,15 @@ pub async fn run(
         .await
         .map_err(|e| bind_error("admin", config.admin_listen, e))?;
     let metrics = Arc::new(Metrics::new());
-    let upstream = Arc::new(Upstream::new(&config, metrics.clone())?);
+    let (upstream, client_cert) = Upstream::new(&config, metrics.clone())?;
+    let upstream = Arc::new(upstream);
+    if let Some(cert) = client_cert {
+        tokio::spawn(tls::watch_certificate(
+            cert,
+            config.upstream_tls.reload_every,
+            shutdown.clone(),
+        ));
+    }
     let acceptor = match &config.tls {
         Some(tls) => {
             let (server_config, cert) = tls::server_config(tls)?;

@@ -5,10 +5,11 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, SystemTime};
 
+use rustls::client::ResolvesClientCert;
 use rustls::crypto::CryptoProvider;
 use rustls::server::{ClientHello, ResolvesServerCert, WebPkiClientVerifier};
 use rustls::sign::CertifiedKey;
-use rustls::{ClientConfig, RootCertStore, ServerConfig};
+use rustls::{ClientConfig, RootCertStore, ServerConfig, SignatureScheme};
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use thiserror::Error;
@@ -40,8 +41,9 @@ pub struct ListenerTls {
 pub struct UpstreamTls {
     /// CA bundle to trust instead of the platform's roots.
     pub ca: Option<PathBuf>,
-    /// Client certificate and key to present to the catalog.
+    /// Client certificate and key to present to the catalog, reloaded when they change.
     pub client_cert: Option<(PathBuf, PathBuf)>,
+    pub reload_every: Duration,
 }
 
 fn provider() -> Arc<CryptoProvider> {
@@ -128,14 +130,32 @@ impl ReloadingCert {
     }
 }
 
+impl ReloadingCert {
+    fn current(&self) -> Arc<CertifiedKey> {
+        self.current
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+}
+
 impl ResolvesServerCert for ReloadingCert {
     fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
-        Some(
-            self.current
-                .read()
-                .unwrap_or_else(|p| p.into_inner())
-                .clone(),
-        )
+        Some(self.current())
+    }
+}
+
+impl ResolvesClientCert for ReloadingCert {
+    fn resolve(
+        &self,
+        _root_hint_subjects: &[&[u8]],
+        _sigschemes: &[SignatureScheme],
+    ) -> Option<Arc<CertifiedKey>> {
+        Some(self.current())
+    }
+
+    fn has_certs(&self) -> bool {
+        true
     }
 }
 
@@ -181,8 +201,10 @@ pub async fn watch_certificate(
 }
 
 /// The client configuration toward an HTTPS catalog: the platform's roots or the given bundle,
-/// and a client certificate when one is configured.
-pub fn client_config(tls: &UpstreamTls) -> Result<ClientConfig, TlsError> {
+/// and a client certificate when one is configured (returned too, for reloading).
+pub fn client_config(
+    tls: &UpstreamTls,
+) -> Result<(ClientConfig, Option<Arc<ReloadingCert>>), TlsError> {
     let roots = match &tls.ca {
         Some(ca) => roots(ca)?,
         None => {
@@ -200,8 +222,9 @@ pub fn client_config(tls: &UpstreamTls) -> Result<ClientConfig, TlsError> {
     // hyper-rustls sets ALPN itself from the protocols the connector enables.
     Ok(match &tls.client_cert {
         Some((cert, key)) => {
-            builder.with_client_auth_cert(certificates(cert)?, private_key(key)?)?
+            let cert = Arc::new(ReloadingCert::load(cert, key)?);
+            (builder.with_client_cert_resolver(cert.clone()), Some(cert))
         }
-        None => builder.with_no_client_auth(),
+        None => (builder.with_no_client_auth(), None),
     })
 }

@@ -18,7 +18,7 @@ use crate::body::Body;
 use crate::config::{Config, UpstreamUrl};
 use crate::metrics::Metrics;
 use crate::route::Operation;
-use crate::tls::TlsError;
+use crate::tls::{ReloadingCert, TlsError};
 
 #[derive(Debug, Error)]
 pub enum UpstreamError {
@@ -71,13 +71,18 @@ pub struct Upstream {
 impl Upstream {
     /// The TLS configuration was checked with the rest of the config; it cannot fail here
     /// unless the files changed in between.
-    pub fn new(config: &Config, metrics: Arc<Metrics>) -> Result<Self, TlsError> {
+    /// Also returns the client certificate, when there is one, so that it can be reloaded.
+    pub fn new(
+        config: &Config,
+        metrics: Arc<Metrics>,
+    ) -> Result<(Self, Option<Arc<ReloadingCert>>), TlsError> {
         let mut http = HttpConnector::new();
         http.set_connect_timeout(Some(config.connect_timeout));
         http.set_nodelay(true);
         http.enforce_http(false);
+        let (tls, client_cert) = crate::tls::client_config(&config.upstream_tls)?;
         let connector = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_tls_config(crate::tls::client_config(&config.upstream_tls)?)
+            .with_tls_config(tls)
             .https_or_http()
             .enable_http1()
             .wrap_connector(http);
@@ -87,13 +92,14 @@ impl Upstream {
             // Relayed responses keep the catalog's header case (an `ETag` stays `ETag`).
             .http1_preserve_header_case(true)
             .build(connector);
-        Ok(Upstream {
+        let upstream = Upstream {
             client,
             url: config.upstream.clone(),
             request_timeout: config.request_timeout,
             answered: AtomicBool::new(false),
             metrics,
-        })
+        };
+        Ok((upstream, client_cert))
     }
 
     /// The upstream URI for a client's path and query, under the upstream's base path.

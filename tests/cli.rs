@@ -245,14 +245,14 @@ fn check_config_refuses_a_secret_injected_as_a_literal_value() {
 
 #[test]
 fn json_logs_are_one_object_per_line_with_the_request_fields() {
-    let port = |()| {
+    let port = || {
         std::net::TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .map(|a| a.port())
             .unwrap()
     };
-    let (listen, admin, dead) = (port(()), port(()), port(()));
-    let mut child = Command::new(env!("CARGO_BIN_EXE_icecache"))
+    let (listen, admin, dead) = (port(), port(), port());
+    let child = Command::new(env!("CARGO_BIN_EXE_icecache"))
         .args(["--upstream", &format!("http://127.0.0.1:{dead}")])
         .args(["--listen", &format!("127.0.0.1:{listen}")])
         .args(["--admin-listen", &format!("127.0.0.1:{admin}")])
@@ -283,7 +283,9 @@ fn json_logs_are_one_object_per_line_with_the_request_fields() {
         .map(|line| serde_json::from_str(line).unwrap_or_else(|_| panic!("not JSON: {line}")))
         .collect();
     assert!(
-        lines.iter().any(|l| l["route"] == "config" && l["status"] == 502 && l["method"] == "GET"),
+        lines
+            .iter()
+            .any(|l| l["route"] == "config" && l["status"] == 502 && l["method"] == "GET"),
         "no request line in {logs}"
     );
 }

@@ -314,3 +314,46 @@ fn check_config_refuses_half_a_tls_setup_or_an_unreadable_certificate() {
         assert!(stderr.contains("config key `"), "{args:?}: {stderr}");
     }
 }
+
+#[tokio::test]
+async fn a_client_certificate_for_the_upstream_rotated_on_disk_is_picked_up() {
+    let ca = Ca::new("catalog ca");
+    let files = Files::new();
+    let catalog_tls = https_catalog(&files, &ca).await;
+    let ca_path = files.write("catalog-ca.pem", &ca.pem());
+    // First a certificate the catalog does not accept, then one it does.
+    let (untrusted, untrusted_key) = Ca::new("retired ca").issue("icecache-client", false);
+    let cert = files.write("client.pem", &untrusted);
+    let key = files.write("client.key", &untrusted_key);
+    let front = Icecache::start(
+        &https(&catalog_tls),
+        &[
+            "--upstream-ca",
+            &ca_path,
+            "--upstream-client-cert",
+            &cert,
+            "--upstream-client-key",
+            &key,
+            "--tls-reload-interval",
+            "100ms",
+        ],
+    )
+    .await;
+    let config = format!("{}/v1/config", front.url);
+    assert_eq!(reqwest::get(&config).await.unwrap().status(), 502);
+    let (trusted, trusted_key) = ca.issue("icecache-client", false);
+    files.write("client.key", &trusted_key);
+    files.write("client.pem", &trusted);
+    let mut status = 0;
+    for _ in 0..50 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        status = reqwest::get(&config).await.unwrap().status().as_u16();
+        if status == 200 {
+            break;
+        }
+    }
+    assert_eq!(
+        status, 200,
+        "the rotated client certificate was never presented"
+    );
+}
