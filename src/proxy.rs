@@ -215,7 +215,9 @@ async fn config(
     peer: SocketAddr,
 ) -> Result<Answer, ProxyError> {
     let public_url = public_url(state, &request);
-    let (parts, body) = request.into_parts();
+    let (mut parts, body) = request.into_parts();
+    // The answer is read and maybe rewritten: ask for it uncompressed.
+    parts.headers.remove(header::ACCEPT_ENCODING);
     let response = forward(state, Operation::Config, parts, stream(body), peer).await?;
     if response.status() != http::StatusCode::OK {
         return Ok((response, None));

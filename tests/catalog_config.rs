@@ -33,6 +33,20 @@ async fn a_catalog_uri_is_rewritten_to_icecaches_own() {
 }
 
 #[tokio::test]
+async fn the_catalog_is_asked_for_an_uncompressed_config_it_can_be_rewritten_in() {
+    let catalog = advertising_catalog().await;
+    let icecache = Icecache::start(&catalog.url, &[]).await;
+    reqwest::Client::new()
+        .get(format!("{}/v1/config", icecache.url))
+        .header("accept-encoding", "gzip")
+        .send()
+        .await
+        .unwrap();
+    let seen = catalog.headers();
+    assert!(seen[0].get("accept-encoding").is_none());
+}
+
+#[tokio::test]
 async fn a_configured_public_url_is_what_clients_are_sent_to() {
     let catalog = advertising_catalog().await;
     let icecache = Icecache::start(
