@@ -65,12 +65,16 @@ ready || {
 
 export ICECACHE_TEST_CATALOG="http://127.0.0.1:$catalog_port"
 export ICECACHE_TEST_S3="http://127.0.0.1:8333"
-cargo test --locked "$@"
+cargo test --locked "$@" 2>&1 | tee "$work/test.log"
 
 # The Apache Iceberg Rust client, a crate of its own (about 300 dependencies, built once into a
 # cached target directory). Run with the whole suite, not when arguments pick some tests.
 if [ "$#" -eq 0 ]; then
   ICECACHE_BIN="$root/target/debug/icecache" \
     CARGO_TARGET_DIR="${ICECACHE_RUST_CLIENT_TARGET:-$HOME/.cache/icecache/rust-client-target}" \
-    cargo test --locked --manifest-path tests/rust-client/Cargo.toml
+    cargo test --locked --manifest-path tests/rust-client/Cargo.toml 2>&1 | tee -a "$work/test.log"
 fi
+
+# One closing line for the whole run (every cargo test above has already succeeded).
+passed=$(awk '/^test result: ok\./ { sum += $4 } END { print sum + 0 }' "$work/test.log")
+echo "icecache: $passed passed, 0 failed"
