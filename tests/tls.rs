@@ -238,6 +238,26 @@ fn write_identity(files: &Files, ca: &Ca, name: &str) -> (String, String) {
     )
 }
 
+/// icecache in front of an HTTPS catalog, trusting `ca` and presenting `cert` and `key`.
+async fn front_of(
+    catalog_tls: &Icecache,
+    ca: &str,
+    cert: &str,
+    key: &str,
+    extra: &[&str],
+) -> Icecache {
+    let mut flags = vec![
+        "--upstream-ca",
+        ca,
+        "--upstream-client-cert",
+        cert,
+        "--upstream-client-key",
+        key,
+    ];
+    flags.extend_from_slice(extra);
+    Icecache::start(&https(catalog_tls), &flags).await
+}
+
 #[tokio::test]
 async fn an_https_upstream_is_verified_with_the_given_ca_and_client_certificate() {
     let ca = Ca::new("catalog ca");
@@ -245,18 +265,7 @@ async fn an_https_upstream_is_verified_with_the_given_ca_and_client_certificate(
     let catalog_tls = https_catalog(&files, &ca).await;
     let ca_path = files.write("catalog-ca.pem", &ca.pem());
     let (cert, key) = write_identity(&files, &ca, "icecache-client");
-    let front = Icecache::start(
-        &https(&catalog_tls),
-        &[
-            "--upstream-ca",
-            &ca_path,
-            "--upstream-client-cert",
-            &cert,
-            "--upstream-client-key",
-            &key,
-        ],
-    )
-    .await;
+    let front = front_of(&catalog_tls, &ca_path, &cert, &key, &[]).await;
     let response = reqwest::get(format!("{}/v1/config", front.url))
         .await
         .unwrap();
@@ -270,18 +279,7 @@ async fn an_https_upstream_with_an_unknown_ca_or_no_client_certificate_is_a_502(
     let catalog_tls = https_catalog(&files, &ca).await;
     let wrong_ca = files.write("wrong-ca.pem", &Ca::new("not the catalog's").pem());
     let (cert, key) = write_identity(&files, &ca, "icecache-client");
-    let untrusting = Icecache::start(
-        &https(&catalog_tls),
-        &[
-            "--upstream-ca",
-            &wrong_ca,
-            "--upstream-client-cert",
-            &cert,
-            "--upstream-client-key",
-            &key,
-        ],
-    )
-    .await;
+    let untrusting = front_of(&catalog_tls, &wrong_ca, &cert, &key, &[]).await;
     let ca_path = files.write("catalog-ca.pem", &ca.pem());
     let anonymous = Icecache::start(&https(&catalog_tls), &["--upstream-ca", &ca_path]).await;
     for front in [&untrusting, &anonymous] {
@@ -325,18 +323,12 @@ async fn a_client_certificate_for_the_upstream_rotated_on_disk_is_picked_up() {
     let (untrusted, untrusted_key) = Ca::new("retired ca").issue("icecache-client", false);
     let cert = files.write("client.pem", &untrusted);
     let key = files.write("client.key", &untrusted_key);
-    let front = Icecache::start(
-        &https(&catalog_tls),
-        &[
-            "--upstream-ca",
-            &ca_path,
-            "--upstream-client-cert",
-            &cert,
-            "--upstream-client-key",
-            &key,
-            "--tls-reload-interval",
-            "100ms",
-        ],
+    let front = front_of(
+        &catalog_tls,
+        &ca_path,
+        &cert,
+        &key,
+        &["--tls-reload-interval", "100ms"],
     )
     .await;
     let config = format!("{}/v1/config", front.url);
