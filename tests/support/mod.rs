@@ -4,6 +4,7 @@
 
 pub mod fake;
 pub mod relay;
+pub mod standin;
 
 use std::net::TcpListener;
 use std::path::PathBuf;
@@ -53,6 +54,16 @@ pub struct Icecache {
     child: Child,
     pub url: String,
     pub admin: String,
+    /// Where its stderr (the logs) goes when captured.
+    log: Option<PathBuf>,
+}
+
+/// The icecache binary under test: this build's, or `ICECACHE_TEST_BIN` (to run the suite
+/// against another build, e.g. to see a new test fail on the code before a fix).
+pub fn binary() -> PathBuf {
+    std::env::var_os("ICECACHE_TEST_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_icecache")))
 }
 
 impl Icecache {
@@ -63,9 +74,27 @@ impl Icecache {
 
     /// Starts icecache with extra environment variables too.
     pub async fn start_with_env(upstream: &str, extra: &[&str], env: &[(&str, &str)]) -> Icecache {
+        Icecache::launch(upstream, extra, env, false).await
+    }
+
+    /// Starts icecache with its logs captured in a file (see `logs`).
+    pub async fn start_logging(upstream: &str, extra: &[&str]) -> Icecache {
+        Icecache::launch(upstream, extra, &[], true).await
+    }
+
+    /// What icecache has logged so far (when started with `start_logging`).
+    pub fn logs(&self) -> String {
+        self.log
+            .as_ref()
+            .map(|path| std::fs::read_to_string(path).unwrap_or_default())
+            .unwrap_or_default()
+    }
+
+    async fn launch(upstream: &str, extra: &[&str], env: &[(&str, &str)], capture: bool) -> Icecache {
         let listen = format!("127.0.0.1:{}", free_port());
         let admin = format!("127.0.0.1:{}", free_port());
-        let mut command = Command::new(env!("CARGO_BIN_EXE_icecache"));
+        let log = capture.then(|| std::env::temp_dir().join(format!("{}.log", unique("icecache"))));
+        let mut command = Command::new(binary());
         command
             .args([
                 "--upstream",
@@ -79,16 +108,17 @@ impl Icecache {
             .envs(env.iter().copied())
             .env_remove("ICECACHE_CONFIG")
             .stdout(Stdio::null())
-            .stderr(if std::env::var_os("ICECACHE_TEST_LOGS").is_some() {
-                Stdio::inherit()
-            } else {
-                Stdio::null()
+            .stderr(match &log {
+                Some(path) => Stdio::from(std::fs::File::create(path).expect("log file")),
+                None if std::env::var_os("ICECACHE_TEST_LOGS").is_some() => Stdio::inherit(),
+                None => Stdio::null(),
             });
         let child = command.spawn().expect("icecache starts");
         let icecache = Icecache {
             child,
             url: format!("http://{listen}"),
             admin: format!("http://{admin}"),
+            log,
         };
         let client = reqwest::Client::new();
         for _ in 0..200 {
@@ -143,7 +173,64 @@ impl Drop for Icecache {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        if let Some(path) = &self.log {
+            let _ = std::fs::remove_file(path);
+        }
     }
+}
+
+/// Sends SIGHUP to icecache and waits until it counts a reload with `result`
+/// (`applied` or `rejected`).
+pub async fn hangup(icecache: &Icecache, result: &str) {
+    let series = format!("icecache_config_reloads_total{{result=\"{result}\"}}");
+    let before = metric(&icecache.metrics().await, &series);
+    let status = Command::new("kill")
+        .args(["-HUP", &icecache.pid().to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(status.success());
+    for _ in 0..200 {
+        if metric(&icecache.metrics().await, &series) > before {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("no {result} reload was counted after SIGHUP");
+}
+
+/// A config file in the temporary directory, removed when dropped.
+pub struct ConfigFile(pub PathBuf);
+
+impl ConfigFile {
+    pub fn new(text: &str) -> ConfigFile {
+        let path = std::env::temp_dir().join(format!("{}.toml", unique("icecache-config")));
+        std::fs::write(&path, text).expect("config file written");
+        ConfigFile(path)
+    }
+
+    pub fn rewrite(&self, text: &str) {
+        std::fs::write(&self.0, text).expect("config file rewritten");
+    }
+
+    pub fn path(&self) -> &str {
+        self.0.to_str().expect("a UTF-8 temp path")
+    }
+}
+
+impl Drop for ConfigFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// The resident set size of a process, in bytes (from /proc).
+pub fn rss_bytes(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map_or(0, |kb| kb * 1024)
 }
 
 /// An OAuth token from the catalog (SeaweedFS's admin credentials).

@@ -37,6 +37,8 @@ struct State {
     request_body_bytes: Arc<AtomicU64>,
     /// When set, response bodies stop after their first frame until `release` is notified.
     hold_responses: Mutex<Option<Arc<Notify>>>,
+    /// When set, the next GET's response body stops after its first frame until notified.
+    hold_next_get: Mutex<Option<Arc<Notify>>>,
     tasks: Mutex<Vec<AbortHandle>>,
 }
 
@@ -57,6 +59,7 @@ impl Relay {
             delay_ms: AtomicU64::new(0),
             request_body_bytes: Arc::default(),
             hold_responses: Mutex::default(),
+            hold_next_get: Mutex::default(),
             tasks: Mutex::default(),
         });
         let accept_state = state.clone();
@@ -121,6 +124,15 @@ impl Relay {
         release
     }
 
+    /// The next GET's response pauses after its first frame until the returned handle is
+    /// notified; later requests pass as usual. The catalog has answered (its state is fixed)
+    /// but the answer is still on its way.
+    pub fn hold_next_get(&self) -> Arc<Notify> {
+        let release = Arc::new(Notify::new());
+        *self.state.hold_next_get.lock().unwrap() = Some(release.clone());
+        release
+    }
+
     /// Closes the port and every open connection: the catalog is gone.
     pub fn stop(&self) {
         for task in self.state.tasks.lock().unwrap().drain(..) {
@@ -140,6 +152,11 @@ async fn relay(
     request: Request<Incoming>,
 ) -> Result<Response<Body>, Infallible> {
     let (mut parts, body) = request.into_parts();
+    let hold_this = if parts.method == http::Method::GET {
+        state.hold_next_get.lock().unwrap().take()
+    } else {
+        None
+    };
     let path_and_query = parts
         .uri
         .path_and_query()
@@ -173,10 +190,16 @@ async fn relay(
                 .lock()
                 .unwrap()
                 .push(response.status().as_u16());
-            let hold = state.hold_responses.lock().unwrap().clone();
+            let hold = hold_this.or_else(|| state.hold_responses.lock().unwrap().clone());
             Ok(match hold {
                 None => response.map(|b| b.boxed()),
-                Some(release) => response.map(|b| held_after_first_frame(b, release)),
+                Some(release) => {
+                    // Chunked, so that the receiver cannot know the body is whole before the
+                    // last chunk, which waits for the release.
+                    let (mut parts, body) = response.into_parts();
+                    parts.headers.remove(http::header::CONTENT_LENGTH);
+                    Response::from_parts(parts, held_after_first_frame(body, release))
+                }
             })
         }
         Err(e) => {

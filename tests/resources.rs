@@ -1,0 +1,177 @@
+//! What icecache holds stays bounded and what it owes its operator stays responsive: memory near
+//! `cache.max_bytes` however small the entries, no bookkeeping left behind by entries that are
+//! gone, idle connections closed, and the health port answering while the proxy is busy.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use support::standin::{Shape, StandIn};
+use support::{get_json, rss_bytes, Icecache};
+
+#[tokio::test]
+async fn memory_stays_near_max_bytes_with_many_small_entries() {
+    let catalog = StandIn::start(Shape::default()).await;
+    catalog.create("t");
+    catalog.stop_recording();
+    let icecache = Icecache::start(
+        &catalog.url,
+        &["--cache-max-bytes", "32MiB", "--fresh-for", "1h"],
+    )
+    .await;
+    let client = reqwest::Client::new();
+    let url = format!("{}/v1/namespaces/db/tables/t", icecache.url);
+    let baseline = rss_bytes(icecache.pid());
+    // 40,000 callers, each with its own entry of about 800 bytes: 32 MiB holds about half.
+    let callers = 40_000u32;
+    let mut next = 0u32;
+    while next < callers {
+        let batch: Vec<_> = (next..(next + 64).min(callers))
+            .map(|n| {
+                let request = client.get(&url).bearer_auth(format!("caller{n}"));
+                tokio::spawn(async move { request.send().await.unwrap().bytes().await.unwrap() })
+            })
+            .collect();
+        for load in batch {
+            assert!(!load.await.unwrap().is_empty());
+        }
+        next += 64;
+    }
+    let stats = get_json(&format!("{}/cache/stats", icecache.admin)).await;
+    let cached = stats["bytes"].as_u64().unwrap();
+    assert!(cached <= 32 << 20, "{stats}");
+    let rss = rss_bytes(icecache.pid());
+    let bound = baseline + (32u64 << 20) * 115 / 100 + (16 << 20);
+    assert!(
+        rss <= bound,
+        "RSS {} MiB for {} MiB cached (baseline {} MiB): over {} MiB",
+        rss >> 20,
+        cached >> 20,
+        baseline >> 20,
+        bound >> 20
+    );
+}
+
+#[tokio::test]
+async fn entries_a_revalidation_found_gone_leave_nothing_for_a_purge_to_find() {
+    let catalog = StandIn::start(Shape::default()).await;
+    let tables: Vec<String> = (0..50).map(|n| format!("t{n}")).collect();
+    for table in &tables {
+        catalog.create(table);
+    }
+    let icecache = Icecache::start(&catalog.url, &["--fresh-for", "100ms"]).await;
+    let client = reqwest::Client::new();
+    let load = |table: &str| {
+        client
+            .get(format!("{}/v1/namespaces/db/tables/{table}", icecache.url))
+            .bearer_auth("alice")
+            .send()
+    };
+    for table in &tables {
+        assert_eq!(load(table).await.unwrap().status(), 200);
+    }
+    catalog.reshape(|s| s.status = Some(404));
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    for table in &tables {
+        assert_eq!(load(table).await.unwrap().status(), 404);
+    }
+    let stats = get_json(&format!("{}/cache/stats", icecache.admin)).await;
+    assert_eq!(stats["entries"], 0, "{stats}");
+    let purged: serde_json::Value = client
+        .post(format!("{}/cache/purge", icecache.admin))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(purged["purged"], 0, "the index kept keys of removed entries");
+}
+
+#[tokio::test]
+async fn idle_http2_and_http1_connections_are_closed_after_the_idle_timeout() {
+    let catalog = StandIn::start(Shape::default()).await;
+    catalog.create("t");
+    let icecache = Icecache::start(&catalog.url, &["--idle-timeout", "1s"]).await;
+    let address = icecache.url.trim_start_matches("http://").to_owned();
+
+    let stream = tokio::net::TcpStream::connect(&address).await.unwrap();
+    let (mut sender, connection) = hyper::client::conn::http2::Builder::new(
+        hyper_util::rt::TokioExecutor::new(),
+    )
+    .handshake::<_, http_body_util::Empty<bytes::Bytes>>(hyper_util::rt::TokioIo::new(stream))
+    .await
+    .unwrap();
+    let h2 = tokio::spawn(connection);
+    let request = http::Request::get(format!("http://{address}/v1/namespaces/db/tables/t"))
+        .header("authorization", "Bearer alice")
+        .body(http_body_util::Empty::new())
+        .unwrap();
+    assert_eq!(sender.send_request(request).await.unwrap().status(), 200);
+    let closed = tokio::time::timeout(Duration::from_secs(4), h2).await;
+    assert!(closed.is_ok(), "an idle HTTP/2 connection stayed open");
+
+    let mut h1 = tokio::net::TcpStream::connect(&address).await.unwrap();
+    let started = Instant::now();
+    let mut buffer = [0u8; 64];
+    let read = tokio::time::timeout(
+        Duration::from_secs(4),
+        tokio::io::AsyncReadExt::read(&mut h1, &mut buffer),
+    )
+    .await;
+    assert!(
+        matches!(read, Ok(Ok(0)) | Ok(Err(_))),
+        "an idle HTTP/1.1 connection stayed open"
+    );
+    assert!(started.elapsed() < Duration::from_secs(4));
+}
+
+#[tokio::test]
+async fn health_answers_while_the_proxy_processes_a_large_body() {
+    let catalog = StandIn::start(Shape {
+        padding: 96 << 20,
+        ..Shape::default()
+    })
+    .await;
+    catalog.create("t");
+    let icecache = Icecache::start(
+        &catalog.url,
+        &[
+            "--workers",
+            "1",
+            "--credentials",
+            "strip",
+            "--cache-max-bytes",
+            "1GiB",
+            "--cache-max-entry-bytes",
+            "256MiB",
+        ],
+    )
+    .await;
+    let url = format!("{}/v1/namespaces/db/tables/t", icecache.url);
+    let big = tokio::spawn(async move {
+        let response = reqwest::get(&url).await.unwrap();
+        (response.status(), response.bytes().await.unwrap().len())
+    });
+    let client = reqwest::Client::new();
+    let mut slowest = Duration::ZERO;
+    while !big.is_finished() {
+        let started = Instant::now();
+        let health = client
+            .get(format!("{}/healthz", icecache.admin))
+            .timeout(Duration::from_secs(10))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(health.status(), 200);
+        slowest = slowest.max(started.elapsed());
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let (status, length) = big.await.unwrap();
+    assert_eq!(status, 200);
+    assert!(length > 96 << 20);
+    assert!(
+        slowest < Duration::from_millis(250),
+        "/healthz took {slowest:?} while a large body was processed"
+    );
+}

@@ -1,0 +1,385 @@
+//! A stand-in catalog for what no catalog that runs here does: it vends S3 keys made for each
+//! caller (`AK-<caller>-<n>`, expiring after a lifetime the test picks), can answer in the shapes
+//! a real catalog might (`no-store`, a non-JSON content type, `"storage-credentials": null`, its
+//! own ETag and 304s, a `Vary`), and keeps a version per table that every write through it
+//! bumps, so a test can tell an old table state from a new one. It is a plain in-memory table
+//! store: loads answer the current version, commits change it, drops remove it.
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use http::{Method, Request, Response, StatusCode};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use serde_json::{json, Value};
+
+/// How the stand-in answers loadTable; every knob can change while it runs.
+#[derive(Clone, Debug)]
+pub struct Shape {
+    /// Vend keys even when the caller did not send `X-Iceberg-Access-Delegation`.
+    pub vend_always: bool,
+    pub lifetime: Duration,
+    pub no_store: bool,
+    pub content_type: &'static str,
+    /// `"storage-credentials": null` instead of a list.
+    pub null_storage_credentials: bool,
+    /// Send an ETag (the version) and answer a matching `If-None-Match` with 304.
+    pub etag: bool,
+    pub vary: Option<&'static str>,
+    /// Answer every loadTable with this status (and an Iceberg error body).
+    pub status: Option<u16>,
+    /// Pad the metadata with this many bytes.
+    pub padding: usize,
+    /// How long a loadTable answer takes after the table's state was read.
+    pub delay: Duration,
+}
+
+impl Default for Shape {
+    fn default() -> Self {
+        Shape {
+            vend_always: true,
+            lifetime: Duration::from_secs(3600),
+            no_store: false,
+            content_type: "application/json",
+            null_storage_credentials: false,
+            etag: false,
+            vary: None,
+            status: None,
+            padding: 0,
+            delay: Duration::ZERO,
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct Seen {
+    pub method: Method,
+    pub path: String,
+    pub headers: http::HeaderMap,
+}
+
+struct State {
+    shape: Mutex<Shape>,
+    /// Table name (last path segment) → version; absent = never created or dropped.
+    versions: Mutex<HashMap<String, u64>>,
+    served: AtomicU64,
+    seen: Mutex<Vec<Seen>>,
+    record: AtomicBool,
+}
+
+pub struct StandIn {
+    pub url: String,
+    state: Arc<State>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for StandIn {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl StandIn {
+    pub async fn start(shape: Shape) -> StandIn {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("stand-in binds");
+        let url = format!("http://{}", listener.local_addr().expect("address"));
+        let state = Arc::new(State {
+            shape: Mutex::new(shape),
+            versions: Mutex::default(),
+            served: AtomicU64::new(0),
+            seen: Mutex::default(),
+            record: AtomicBool::new(true),
+        });
+        let accept_state = state.clone();
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    continue;
+                };
+                let state = accept_state.clone();
+                tokio::spawn(async move {
+                    let service = service_fn(move |request| answer(state.clone(), request));
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), service)
+                        .await;
+                });
+            }
+        });
+        StandIn { url, state, task }
+    }
+
+    pub fn reshape(&self, change: impl FnOnce(&mut Shape)) {
+        change(&mut self.state.shape.lock().unwrap());
+    }
+
+    /// Creates (or resets) a table at version 1.
+    pub fn create(&self, table: &str) {
+        self.state
+            .versions
+            .lock()
+            .unwrap()
+            .insert(table.to_owned(), 1);
+    }
+
+    /// Changes a table behind icecache's back (a writer that does not go through it).
+    pub fn commit_directly(&self, table: &str) -> u64 {
+        bump(&self.state, table)
+    }
+
+    pub fn version(&self, table: &str) -> Option<u64> {
+        self.state.versions.lock().unwrap().get(table).copied()
+    }
+
+    /// Every request received, in order (when recording).
+    pub fn seen(&self) -> Vec<Seen> {
+        self.state.seen.lock().unwrap().clone()
+    }
+
+    /// loadTable requests received for `table`.
+    pub fn loads(&self, table: &str) -> usize {
+        let suffix = format!("/tables/{table}");
+        self.seen()
+            .iter()
+            .filter(|s| s.method == Method::GET && s.path.ends_with(&suffix))
+            .count()
+    }
+
+    /// Stops recording requests (long randomized runs).
+    pub fn stop_recording(&self) {
+        self.state.record.store(false, Ordering::Relaxed);
+    }
+}
+
+fn bump(state: &State, table: &str) -> u64 {
+    let mut versions = state.versions.lock().unwrap();
+    let version = versions.entry(table.to_owned()).or_insert(0);
+    *version += 1;
+    *version
+}
+
+type Answer = Response<Full<Bytes>>;
+
+fn json_answer(status: StatusCode, body: &Value) -> Answer {
+    let mut response = Response::new(Full::new(Bytes::from(body.to_string())));
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        "content-type",
+        http::HeaderValue::from_static("application/json"),
+    );
+    response
+}
+
+fn error(status: u16, kind: &str) -> Answer {
+    let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    json_answer(
+        status,
+        &json!({ "error": { "message": kind, "type": kind, "code": status.as_u16() } }),
+    )
+}
+
+/// The caller as the stand-in names it in the keys it vends.
+fn caller(headers: &http::HeaderMap) -> String {
+    headers
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .map_or("anonymous".to_owned(), |v| {
+            v.trim_start_matches("Bearer ").to_owned()
+        })
+}
+
+/// A LoadTableResult of `table` at `version`, vending keys for the caller when asked to.
+pub fn table_result(shape: &Shape, table: &str, version: u64, caller: &str, n: u64, vend: bool) -> Value {
+    let expires = SystemTime::now().duration_since(UNIX_EPOCH).unwrap() + shape.lifetime;
+    let mut config = json!({ "s3.endpoint": "http://s3.local", "client.region": "eu-west-1" });
+    let mut storage = json!([]);
+    if vend {
+        config["s3.access-key-id"] = json!(format!("AK-{caller}-{n}"));
+        config["s3.secret-access-key"] = json!(format!("SK-{caller}-{n}"));
+        config["s3.session-token"] = json!(format!("ST-{caller}-{n}"));
+        config["s3.session-token-expires-at-ms"] = json!((expires.as_millis() as u64).to_string());
+        storage = json!([{ "prefix": format!("s3://bucket/{table}"),
+                           "config": { "s3.access-key-id": format!("SC-{caller}-{n}") } }]);
+    }
+    let mut body = json!({
+        "metadata-location": format!("s3://bucket/{table}/metadata/v{version}.metadata.json"),
+        "metadata": {
+            "format-version": 2,
+            "table-uuid": "6b1b3c3e-0000-4000-8000-000000000001",
+            "location": format!("s3://bucket/{table}"),
+            "properties": { "version": version.to_string(), "padding": "x".repeat(shape.padding) },
+        },
+        "config": config,
+        "storage-credentials": storage,
+    });
+    if shape.null_storage_credentials {
+        body["storage-credentials"] = Value::Null;
+    }
+    body
+}
+
+async fn answer(state: Arc<State>, request: Request<Incoming>) -> Result<Answer, Infallible> {
+    let (parts, body) = request.into_parts();
+    let body = body.collect().await.map(|c| c.to_bytes()).unwrap_or_default();
+    if state.record.load(Ordering::Relaxed) {
+        state.seen.lock().unwrap().push(Seen {
+            method: parts.method.clone(),
+            path: parts.uri.path().to_owned(),
+            headers: parts.headers.clone(),
+        });
+    }
+    let shape = state.shape.lock().unwrap().clone();
+    let path = parts.uri.path().to_owned();
+    let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+    let tables_at = segments.iter().position(|s| *s == "tables");
+    let who = caller(&parts.headers);
+    let n = state.served.fetch_add(1, Ordering::Relaxed) + 1;
+    let answer = match (&parts.method, tables_at.map(|i| &segments[i + 1..])) {
+        (&Method::GET, _) if path == "/v1/config" => json_answer(StatusCode::OK, &json!({"defaults":{},"overrides":{}})),
+        (&Method::GET, Some([table])) => {
+            let answer = load(&state, &shape, &parts.headers, table, &who, n);
+            // The state is read first, then the answer takes its time: a write can land and be
+            // answered while this older answer is still on its way.
+            tokio::time::sleep(shape.delay).await;
+            answer
+        }
+        (&Method::POST, Some([])) => {
+            // createTable: the answer is a LoadTableResult, with credentials.
+            let name = serde_json::from_slice::<Value>(&body)
+                .ok()
+                .and_then(|b| b["name"].as_str().map(str::to_owned))
+                .unwrap_or_else(|| "created".to_owned());
+            let version = bump(&state, &name);
+            json_answer(StatusCode::OK, &table_result(&shape, &name, version, &who, n, true))
+        }
+        (&Method::POST, Some([table])) => {
+            if who == "forbidden" {
+                error(403, "ForbiddenException")
+            } else if state.versions.lock().unwrap().contains_key(*table) {
+                let version = bump(&state, table);
+                let mut result = table_result(&shape, table, version, &who, n, false);
+                if let Some(object) = result.as_object_mut() {
+                    object.remove("config");
+                    object.remove("storage-credentials");
+                }
+                json_answer(StatusCode::OK, &result)
+            } else {
+                error(404, "NoSuchTableException")
+            }
+        }
+        (&Method::DELETE, Some([table])) => {
+            state.versions.lock().unwrap().remove(*table);
+            Response::builder()
+                .status(StatusCode::NO_CONTENT)
+                .body(Full::new(Bytes::new()))
+                .unwrap()
+        }
+        (&Method::GET, Some([table, "credentials"])) => json_answer(
+            StatusCode::OK,
+            &json!({ "storage-credentials": [{ "prefix": format!("s3://bucket/{table}"),
+                "config": { "s3.access-key-id": format!("AK-{who}-{n}"),
+                            "s3.secret-access-key": format!("SK-{who}-{n}") } }] }),
+        ),
+        (&Method::POST, _) if path.ends_with("/register") => {
+            let name = serde_json::from_slice::<Value>(&body)
+                .ok()
+                .and_then(|b| b["name"].as_str().map(str::to_owned))
+                .unwrap_or_else(|| "registered".to_owned());
+            let version = bump(&state, &name);
+            json_answer(StatusCode::OK, &table_result(&shape, &name, version, &who, n, true))
+        }
+        (&Method::POST, _) if path.ends_with("/transactions/commit") => {
+            let changes = serde_json::from_slice::<Value>(&body).unwrap_or_default();
+            for change in changes["table-changes"].as_array().into_iter().flatten() {
+                if let Some(name) = change["identifier"]["name"].as_str() {
+                    bump(&state, name);
+                }
+            }
+            Response::builder()
+                .status(StatusCode::NO_CONTENT)
+                .body(Full::new(Bytes::new()))
+                .unwrap()
+        }
+        _ => error(404, "NotFoundException"),
+    };
+    Ok(answer)
+}
+
+fn load(
+    state: &State,
+    shape: &Shape,
+    headers: &http::HeaderMap,
+    table: &str,
+    who: &str,
+    n: u64,
+) -> Answer {
+    if who == "forbidden" {
+        return error(403, "ForbiddenException");
+    }
+    if let Some(status) = shape.status {
+        return error(status, "StandInRefusal");
+    }
+    let Some(version) = state.versions.lock().unwrap().get(table).copied() else {
+        return error(404, "NoSuchTableException");
+    };
+    let tag = format!("\"v{version}\"");
+    if shape.etag
+        && headers
+            .get("if-none-match")
+            .is_some_and(|v| v.as_bytes() == tag.as_bytes())
+    {
+        let mut response = Response::new(Full::new(Bytes::new()));
+        *response.status_mut() = StatusCode::NOT_MODIFIED;
+        response
+            .headers_mut()
+            .insert("etag", http::HeaderValue::from_str(&tag).unwrap());
+        return response;
+    }
+    let vend = shape.vend_always || headers.contains_key("x-iceberg-access-delegation");
+    let body = table_result(shape, table, version, who, n, vend);
+    let mut response = json_answer(StatusCode::OK, &body);
+    let h = response.headers_mut();
+    h.insert(
+        "content-type",
+        http::HeaderValue::from_static(shape.content_type),
+    );
+    if shape.no_store {
+        h.insert("cache-control", http::HeaderValue::from_static("no-store"));
+    }
+    if shape.etag {
+        h.insert("etag", http::HeaderValue::from_str(&tag).unwrap());
+    }
+    if let Some(vary) = shape.vary {
+        h.insert("vary", http::HeaderValue::from_static(vary));
+    }
+    response
+}
+
+/// The version a LoadTableResult (or CommitTableResponse) body says its table is at.
+pub fn version_of(body: &Value) -> Option<u64> {
+    body["metadata"]["properties"]["version"]
+        .as_str()
+        .and_then(|v| v.parse().ok())
+}
+
+/// Every vended key value in a body (`AK-…`, `SK-…`, `ST-…`, `SC-…`), wherever it sits.
+pub fn vended_keys(text: &str) -> Vec<String> {
+    let mut keys = Vec::new();
+    for marker in ["AK-", "SK-", "ST-", "SC-"] {
+        for (i, _) in text.match_indices(marker) {
+            let key: String = text[i..]
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '-' || *c == '_')
+                .collect();
+            keys.push(key);
+        }
+    }
+    keys
+}
