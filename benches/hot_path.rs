@@ -7,11 +7,11 @@
 use criterion::{black_box, criterion_group, criterion_main, Criterion, Throughput};
 use http::{HeaderMap, HeaderValue, Method};
 use icecache::cache::CacheKey;
-use icecache::credentials::strip;
-use icecache::etag::{if_none_match_matches, strong_etag};
-use icecache::identity::IdentityHasher;
+use icecache::catalog::route::classify;
+use icecache::policy::credentials::{strip, Layout};
+use icecache::policy::identity::{identity_headers, IdentityHasher};
 use icecache::policy::KeyPatterns;
-use icecache::route::classify;
+use icecache::wire::etag::{if_none_match_matches, strong_etag};
 
 const PATH: &str = "/v1/warehouse/namespaces/analytics%1Fevents/tables/page_views";
 
@@ -30,7 +30,7 @@ fn request_headers() -> HeaderMap {
 
 fn routing_and_key(c: &mut Criterion) {
     let headers = request_headers();
-    let identity = IdentityHasher::random(Vec::new()).expect("random key");
+    let identity = IdentityHasher::random(identity_headers(&[])).expect("random key");
     c.bench_function("classify loadTable path", |b| {
         b.iter(|| classify(&Method::GET, black_box(PATH), "%1F"))
     });
@@ -98,7 +98,7 @@ fn credentials(c: &mut Criterion) {
         let body = vended_body(size);
         group.throughput(Throughput::Bytes(body.len() as u64));
         group.bench_function(format!("{} KiB", size >> 10), |b| {
-            b.iter(|| strip(black_box(&body), &patterns).expect("strips"))
+            b.iter(|| strip(black_box(&body), &patterns, Layout::ConfigFirst).expect("strips"))
         });
     }
     group.finish();

@@ -1,42 +1,123 @@
-//! Errors icecache itself answers with, written as Iceberg error bodies
-//! (`{"error":{"message","type","code"}}`) so every client's error handling applies unchanged.
+//! Errors icecache answers with itself, rendered in one place. Every layer's error travels here
+//! as a value; `respond` logs its cause with the peer and the request id, and writes the
+//! Iceberg error body (`{"error":{"message","type","code"}}`), so every client's error handling
+//! applies unchanged. The message a client sees names what went wrong, never an address, a
+//! credential or the catalog's own words; the log has the whole chain of causes.
+
+use std::net::SocketAddr;
 
 use bytes::Bytes;
-use http::{header, HeaderValue, Response, StatusCode};
+use http::{header, HeaderValue, Method, Response, StatusCode};
 use thiserror::Error;
 
-use crate::body::{full, Body};
-use crate::route::RouteError;
-use crate::upstream::UpstreamError;
+use crate::cache::{CacheError, CachePhase, Failure};
+use crate::catalog::route::{Operation, RouteError};
+use crate::origin::{OriginError, UnsendablePath};
+use crate::policy::stage::Refusal;
+use crate::wire::body::{full, Body, ReadError};
 
 #[derive(Debug, Error)]
 pub enum ProxyError {
     #[error("bad request: {0}")]
-    BadRequest(#[from] RouteError),
-    #[error("request body could not be read: {0}")]
-    RequestBody(String),
+    Route(#[from] RouteError),
     #[error(transparent)]
-    Upstream(#[from] UpstreamError),
+    Path(#[from] UnsendablePath),
+    #[error("the request body could not be read: {0}")]
+    RequestBody(#[source] ReadError),
+    #[error(transparent)]
+    Origin(#[from] OriginError),
+    #[error(transparent)]
+    Refused(#[from] Refusal),
+    #[error(transparent)]
+    Cache(#[from] Failure),
 }
 
 impl ProxyError {
     pub fn status(&self) -> StatusCode {
         match self {
-            ProxyError::BadRequest(_) | ProxyError::RequestBody(_) => StatusCode::BAD_REQUEST,
-            ProxyError::Upstream(e) => e.status(),
+            ProxyError::Route(_) | ProxyError::Path(_) => StatusCode::BAD_REQUEST,
+            ProxyError::RequestBody(ReadError::TooLarge { .. }) => StatusCode::PAYLOAD_TOO_LARGE,
+            ProxyError::RequestBody(ReadError::Stalled(_)) => StatusCode::REQUEST_TIMEOUT,
+            ProxyError::RequestBody(ReadError::Broken(_)) => StatusCode::BAD_REQUEST,
+            ProxyError::Origin(e) => e.status(),
+            ProxyError::Refused(_) => StatusCode::BAD_GATEWAY,
+            ProxyError::Cache(failure) => match &failure.error {
+                CacheError::Origin(e) => e.status(),
+                CacheError::Refused(_) | CacheError::Abandoned => StatusCode::BAD_GATEWAY,
+            },
         }
     }
 
     fn error_type(&self) -> &'static str {
-        match self {
-            ProxyError::BadRequest(_) | ProxyError::RequestBody(_) => "BadRequestException",
-            ProxyError::Upstream(e) => e.error_type(),
+        match self.status() {
+            StatusCode::GATEWAY_TIMEOUT => "GatewayTimeoutException",
+            StatusCode::BAD_GATEWAY => "BadGatewayException",
+            StatusCode::PAYLOAD_TOO_LARGE => "RequestTooLargeException",
+            StatusCode::REQUEST_TIMEOUT => "RequestTimeoutException",
+            _ => "BadRequestException",
         }
     }
 
-    pub fn into_response(self) -> Response<Body> {
-        iceberg_error(self.status(), self.error_type(), &self.to_string())
+    /// The cache phase the request was in when it failed (loadTable answers carry it).
+    pub fn phase(&self) -> Option<CachePhase> {
+        match self {
+            ProxyError::Cache(failure) => Some(failure.phase),
+            _ => None,
+        }
     }
+
+    /// Whether the fault lies with the client (logged quietly) or upstream (logged loudly).
+    fn client_fault(&self) -> bool {
+        matches!(
+            self,
+            ProxyError::Route(_) | ProxyError::Path(_) | ProxyError::RequestBody(_)
+        )
+    }
+}
+
+/// What the log line of a failed request names.
+pub struct Context<'a> {
+    pub request_id: &'a str,
+    pub peer: SocketAddr,
+    pub method: &'a Method,
+    pub operation: Operation,
+}
+
+/// Logs the failure with its causes and writes the Iceberg error a client gets.
+pub fn respond(error: &ProxyError, context: &Context<'_>) -> Response<Body> {
+    let causes = chain(error);
+    if error.client_fault() {
+        tracing::debug!(
+            request_id = context.request_id,
+            peer = %context.peer,
+            method = %context.method,
+            route = context.operation.as_str(),
+            error = %causes,
+            "request refused"
+        );
+    } else {
+        tracing::warn!(
+            request_id = context.request_id,
+            peer = %context.peer,
+            method = %context.method,
+            route = context.operation.as_str(),
+            error = %causes,
+            "request failed"
+        );
+    }
+    iceberg_error(error.status(), error.error_type(), &error.to_string())
+}
+
+/// The error and each of its sources, `: `-separated.
+pub fn chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
 }
 
 /// An Iceberg error response with the given status, type and message.

@@ -1,46 +1,59 @@
 use std::process::ExitCode;
 
-use clap::Parser;
-use icecache::config::{self, Cli, Command, Settings, EXIT_CONFIG};
+use icecache::config::{self, Command, Parsed, EXIT_CONFIG};
+use icecache::ops::{logging, probe};
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
-    if let Some(Command::Probe { url }) = &cli.command {
-        return match icecache::probe::probe(url) {
+    let cli = match config::parse(std::env::args_os()) {
+        Parsed::Run(cli) => cli,
+        Parsed::Exit { code, message } => {
+            if code == 0 {
+                print!("{message}");
+            } else {
+                eprint!("{message}");
+            }
+            return ExitCode::from(code);
+        }
+    };
+    match cli.command {
+        Some(Command::Probe { url }) => match probe::probe(&url) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("icecache probe: {e}");
                 ExitCode::FAILURE
             }
-        };
-    }
-    if let Some(Command::CheckConfig { file }) = cli.command {
-        let checked = Settings::from_file(&file).and_then(|s| s.overlay(cli.settings).validate());
-        return match checked {
-            Ok(config) => {
-                print!(
-                    "{} is valid; effective settings:\n{}",
-                    file.display(),
-                    config.describe()
-                );
-                ExitCode::SUCCESS
+        },
+        Some(Command::CheckConfig { file }) => {
+            match config::check_file(file.clone(), &cli.settings) {
+                Ok(settings) => {
+                    print!(
+                        "{} is valid; effective settings:\n{}",
+                        file.display(),
+                        settings.describe()
+                    );
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("icecache: {e}");
+                    ExitCode::from(EXIT_CONFIG)
+                }
             }
-            Err(e) => {
-                eprintln!("icecache: {e}");
-                ExitCode::from(EXIT_CONFIG as u8)
-            }
-        };
+        }
+        None => serve(cli.settings),
     }
-    let cli_settings = cli.settings.clone();
-    let config = match config::load(cli.settings) {
-        Ok(config) => config,
+}
+
+fn serve(cli: config::RawSettings) -> ExitCode {
+    let settings = match config::load(&cli) {
+        Ok(settings) => settings,
         Err(e) => {
             eprintln!("icecache: {e}");
-            return ExitCode::from(EXIT_CONFIG as u8);
+            return ExitCode::from(EXIT_CONFIG);
         }
     };
-    let set_log_level = icecache::logging::init(&config);
-    // This thread's runtime serves the admin port and one proxy worker; `run` starts the others.
+    let set_log_level = logging::init(settings.log_format, &settings.log_level);
+    // This thread's runtime serves the admin port, signals and reloads; `run` starts the
+    // proxy workers on threads of their own.
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -58,11 +71,8 @@ fn main() -> ExitCode {
             tracing::info!("shutdown signal received; draining");
             let _ = stop.send(true);
         });
-        let reload = icecache::Reload {
-            cli: cli_settings,
-            set_log_level,
-        };
-        match icecache::run(config, Some(reload), stopped).await {
+        let reload = icecache::Reload { cli, set_log_level };
+        match icecache::run(settings, Some(reload), stopped).await {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("icecache: {e}");
@@ -73,24 +83,17 @@ fn main() -> ExitCode {
 }
 
 async fn wait_for_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
     let ctrl_c = tokio::signal::ctrl_c();
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{signal, SignalKind};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = ctrl_c => {}
-                    _ = term.recv() => {}
-                }
-            }
-            Err(_) => {
-                let _ = ctrl_c.await;
+    match signal(SignalKind::terminate()) {
+        Ok(mut term) => {
+            tokio::select! {
+                _ = ctrl_c => {}
+                _ = term.recv() => {}
             }
         }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = ctrl_c.await;
+        Err(_) => {
+            let _ = ctrl_c.await;
+        }
     }
 }

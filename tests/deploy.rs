@@ -215,7 +215,8 @@ fn the_edge_configmap_holds_a_config_icecache_accepts() {
     .unwrap();
     let output = run(Command::new(env!("CARGO_BIN_EXE_icecache"))
         .args(["check-config", config.to_str().unwrap()])
-        .env("READER_S3_ACCESS_KEY_ID", "key"));
+        .env("READER_S3_ACCESS_KEY_ID", "key")
+        .env("ICECACHE_ADMIN_TOKEN", "from-the-secret"));
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(
         stdout.contains("identity = revalidate, credentials = inject"),
@@ -224,10 +225,63 @@ fn the_edge_configmap_holds_a_config_icecache_accepts() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// The value an env entry of a container gets: its literal, or the Secret key it is taken from.
+fn env_of<'a>(container: &'a Value, name: &str) -> Option<&'a Value> {
+    container["env"]
+        .as_array()?
+        .iter()
+        .find(|e| e["name"] == name)
+}
+
+/// An admin port reachable from the pod network carries a token, taken from a Secret.
+fn assert_admin_is_loopback_or_guarded(container: &Value, file: &str) {
+    let listen = env_of(container, "ICECACHE_ADMIN_LISTEN")
+        .and_then(|e| e["value"].as_str())
+        .unwrap_or("127.0.0.1:9181");
+    if listen.starts_with("127.") {
+        return;
+    }
+    let token = env_of(container, "ICECACHE_ADMIN_TOKEN")
+        .unwrap_or_else(|| panic!("{file}: admin on {listen} without ICECACHE_ADMIN_TOKEN"));
+    assert!(
+        token["valueFrom"]["secretKeyRef"]["key"].is_string(),
+        "{file}: the admin token must come from a Secret, not a literal: {token}"
+    );
+}
+
+#[test]
+fn every_admin_port_off_loopback_takes_its_token_from_a_secret() {
+    let edge = kubernetes("kubernetes/edge.yaml");
+    let deployment = edge.iter().find(|d| d["kind"] == "Deployment").unwrap();
+    let container = &deployment["spec"]["template"]["spec"]["containers"][0];
+    let config = edge.iter().find(|d| d["kind"] == "ConfigMap").unwrap();
+    assert!(config["data"]["icecache.toml"]
+        .as_str()
+        .unwrap()
+        .contains("admin_listen = \"0.0.0.0:9181\""));
+    let token = env_of(container, "ICECACHE_ADMIN_TOKEN").expect("edge admin token");
+    assert!(token["valueFrom"]["secretKeyRef"]["key"].is_string());
+    let sidecar = kubernetes("kubernetes/sidecar.yaml");
+    let pod = sidecar.iter().find(|d| d["kind"] == "Pod").unwrap();
+    let icecache = pod["spec"]["containers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "icecache")
+        .unwrap();
+    assert_admin_is_loopback_or_guarded(icecache, "sidecar.yaml");
+    let dockerfile = read("Dockerfile");
+    assert!(
+        dockerfile.contains("ICECACHE_ADMIN_LISTEN=127.0.0.1:9181"),
+        "the image keeps admin on loopback unless told otherwise"
+    );
+}
+
 #[test]
 fn the_sidecar_points_its_executor_at_loopback_and_probes_icecache() {
     let documents = kubernetes("kubernetes/sidecar.yaml");
-    let containers = documents[0]["spec"]["containers"].as_array().unwrap();
+    let pod = documents.iter().find(|d| d["kind"] == "Pod").unwrap();
+    let containers = pod["spec"]["containers"].as_array().unwrap();
     let executor = containers
         .iter()
         .find(|c| c["name"] == "spark-executor")

@@ -21,7 +21,10 @@ async fn a_repeated_snapshots_parameter_bypasses_the_cache_and_never_fills_anoth
     let direct = Api::new(&catalog()).await;
     let refs_direct: Value = direct.get_json(&format!("{path}?snapshots=refs")).await;
     let all_direct: Value = direct.get_json(&format!("{path}?snapshots=all")).await;
-    assert!(snapshots(&refs_direct) < snapshots(&all_direct), "the modes differ here");
+    assert!(
+        snapshots(&refs_direct) < snapshots(&all_direct),
+        "the modes differ here"
+    );
 
     let ambiguous = api
         .get(&format!("{path}?snapshots=refs&snapshots=all"))
@@ -52,7 +55,10 @@ async fn a_repeated_or_unknown_parameter_of_any_kind_bypasses_the_cache() {
         "snapshots=all;x=1",
     ] {
         let response = client
-            .get(format!("{}/v1/namespaces/db/tables/t?{query}", icecache.url))
+            .get(format!(
+                "{}/v1/namespaces/db/tables/t?{query}",
+                icecache.url
+            ))
             .bearer_auth("alice")
             .send()
             .await
@@ -91,7 +97,11 @@ async fn a_delegation_header_named_in_connection_is_neither_sent_nor_keyed() {
         .send()
         .await
         .unwrap();
-    assert_eq!(keys_of(hop).await, "none", "the catalog was not asked to vend");
+    assert_eq!(
+        keys_of(hop).await,
+        "none",
+        "the catalog was not asked to vend"
+    );
     assert!(standin
         .seen()
         .iter()

@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::Value;
-use support::standin::{version_of, vended_keys, Shape, StandIn};
+use support::standin::{vended_keys, version_of, Shape, StandIn};
 use support::{hangup, ConfigFile, Icecache};
 
 /// A small seeded generator (PCG-style LCG): reproducible, no dependency.
@@ -90,7 +90,7 @@ fn check_body(text: &str, caller: &str, policy: &Policy) -> Result<(), String> {
     match policy.credentials {
         Credentials::Passthrough => {
             for key in &keys {
-                let owner = key.splitn(2, '-').nth(1).unwrap_or("");
+                let owner = key.split_once('-').map_or("", |(_, owner)| owner);
                 if !owner.starts_with(&format!("{caller}-")) {
                     return Err(format!("{caller} got {key}"));
                 }
@@ -107,7 +107,8 @@ fn check_body(text: &str, caller: &str, policy: &Policy) -> Result<(), String> {
                 return Err(format!("secrets under {:?}: {keys:?}", policy.credentials));
             }
             let injected = body["config"]["s3.secret-access-key"].as_str();
-            let expected = (policy.credentials == Credentials::Inject).then_some(policy.injected.as_str());
+            let expected =
+                (policy.credentials == Credentials::Inject).then_some(policy.injected.as_str());
             if injected != expected {
                 return Err(format!("injected {injected:?}, in force {expected:?}"));
             }
@@ -146,10 +147,17 @@ impl Run {
     async fn load(&self, rng: &mut Rng, caller: &str, table: &str) {
         let floor = self.floors.get(table);
         let from = self.applied.load(Ordering::SeqCst);
-        let client = if rng.below(3) == 0 { &self.h2 } else { &self.h1 };
+        let client = if rng.below(3) == 0 {
+            &self.h2
+        } else {
+            &self.h1
+        };
         let gzip = rng.below(2) == 0;
         let mut request = client
-            .get(format!("{}/v1/namespaces/db/tables/{table}", self.icecache.url))
+            .get(format!(
+                "{}/v1/namespaces/db/tables/{table}",
+                self.icecache.url
+            ))
             .bearer_auth(caller);
         if rng.below(3) == 0 {
             request = request.header("x-iceberg-access-delegation", "vended-credentials");
@@ -249,7 +257,10 @@ impl Run {
     async fn commit(&self, caller: &str, table: &str) {
         let response = self
             .h1
-            .post(format!("{}/v1/namespaces/db/tables/{table}", self.icecache.url))
+            .post(format!(
+                "{}/v1/namespaces/db/tables/{table}",
+                self.icecache.url
+            ))
             .bearer_auth(caller)
             .json(&serde_json::json!({ "requirements": [], "updates": [] }))
             .send()

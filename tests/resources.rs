@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use support::standin::{Shape, StandIn};
 use support::{get_json, rss_bytes, Icecache};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 #[tokio::test]
 async fn memory_stays_near_max_bytes_with_many_small_entries() {
@@ -85,7 +86,10 @@ async fn entries_a_revalidation_found_gone_leave_nothing_for_a_purge_to_find() {
         .json()
         .await
         .unwrap();
-    assert_eq!(purged["purged"], 0, "the index kept keys of removed entries");
+    assert_eq!(
+        purged["purged"], 0,
+        "the index kept keys of removed entries"
+    );
 }
 
 #[tokio::test]
@@ -96,12 +100,13 @@ async fn idle_http2_and_http1_connections_are_closed_after_the_idle_timeout() {
     let address = icecache.url.trim_start_matches("http://").to_owned();
 
     let stream = tokio::net::TcpStream::connect(&address).await.unwrap();
-    let (mut sender, connection) = hyper::client::conn::http2::Builder::new(
-        hyper_util::rt::TokioExecutor::new(),
-    )
-    .handshake::<_, http_body_util::Empty<bytes::Bytes>>(hyper_util::rt::TokioIo::new(stream))
-    .await
-    .unwrap();
+    let (mut sender, connection) =
+        hyper::client::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
+            .handshake::<_, http_body_util::Empty<bytes::Bytes>>(hyper_util::rt::TokioIo::new(
+                stream,
+            ))
+            .await
+            .unwrap();
     let h2 = tokio::spawn(connection);
     let request = http::Request::get(format!("http://{address}/v1/namespaces/db/tables/t"))
         .header("authorization", "Bearer alice")
@@ -111,22 +116,33 @@ async fn idle_http2_and_http1_connections_are_closed_after_the_idle_timeout() {
     let closed = tokio::time::timeout(Duration::from_secs(4), h2).await;
     assert!(closed.is_ok(), "an idle HTTP/2 connection stayed open");
 
+    // HTTP/1.1 keep-alive: one request, then nothing.
     let mut h1 = tokio::net::TcpStream::connect(&address).await.unwrap();
-    let started = Instant::now();
-    let mut buffer = [0u8; 64];
-    let read = tokio::time::timeout(
-        Duration::from_secs(4),
-        tokio::io::AsyncReadExt::read(&mut h1, &mut buffer),
-    )
-    .await;
-    assert!(
-        matches!(read, Ok(Ok(0)) | Ok(Err(_))),
-        "an idle HTTP/1.1 connection stayed open"
+    let request = format!(
+        "GET /v1/namespaces/db/tables/t HTTP/1.1\r\nHost: {address}\r\n\
+         Authorization: Bearer alice\r\n\r\n"
     );
-    assert!(started.elapsed() < Duration::from_secs(4));
+    h1.write_all(request.as_bytes()).await.unwrap();
+    let mut head = [0u8; 12];
+    h1.read_exact(&mut head).await.unwrap();
+    assert_eq!(&head, b"HTTP/1.1 200");
+    let started = Instant::now();
+    let mut rest = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(4), h1.read_to_end(&mut rest)).await;
+    assert!(read.is_ok(), "an idle HTTP/1.1 connection stayed open");
+    assert!(
+        started.elapsed() >= Duration::from_millis(900),
+        "closed before it was idle"
+    );
+
+    // A connection that never says anything is idle from the start.
+    let mut silent = tokio::net::TcpStream::connect(&address).await.unwrap();
+    let read = tokio::time::timeout(Duration::from_secs(4), silent.read_to_end(&mut rest)).await;
+    assert!(read.is_ok(), "a silent connection stayed open");
 }
 
-#[tokio::test]
+// Several threads: the stand-in builds its 96 MB answer on one of them, the probe runs on another.
+#[tokio::test(flavor = "multi_thread", worker_threads = 3)]
 async fn health_answers_while_the_proxy_processes_a_large_body() {
     let catalog = StandIn::start(Shape {
         padding: 96 << 20,

@@ -36,7 +36,10 @@ async fn assert_served_without_keys(response: reqwest::Response) -> Value {
     let text = response.text().await.unwrap();
     assert_eq!(vended_keys(&text), Vec::<String>::new(), "served: {text}");
     let body: Value = serde_json::from_str(&text).expect("still a LoadTableResult");
-    assert_eq!(body["config"]["s3.endpoint"], "http://s3.local", "non-secrets stay");
+    assert_eq!(
+        body["config"]["s3.endpoint"], "http://s3.local",
+        "non-secrets stay"
+    );
     body
 }
 
@@ -299,7 +302,10 @@ fn a_password_in_the_upstream_url_is_refused_before_anything_starts() {
     assert_eq!(output.status.code(), Some(64));
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("upstream"), "{stderr}");
-    assert!(!stderr.contains("hunter2"), "the password was echoed: {stderr}");
+    assert!(
+        !stderr.contains("hunter2"),
+        "the password was echoed: {stderr}"
+    );
 }
 
 #[test]

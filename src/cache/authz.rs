@@ -1,80 +1,40 @@
-//! Under identity `revalidate`: checking a caller upstream with its own credentials before it
-//! may have a shared entry.
+//! Under identity `revalidate`: a caller not yet confirmed for an entry's version is checked
+//! with the catalog using its own credentials before it may have the shared entry. A 304 (or a
+//! body that processes to the same ETag) confirms it; a refusal goes back as the catalog sent
+//! it and leaves the entry for the callers the catalog still lets in; a changed table is stored
+//! as the new version, confirmed for this caller.
 
-use super::fetch::{is_cacheable, BodyError};
-use super::*;
+use std::sync::Arc;
 
-impl TableCache {
-    /// Asks the catalog, with the caller's own credentials, whether the caller may have the
-    /// entry's version: a 304 (or an identical body) confirms it; a refusal goes back as is.
-    pub(super) async fn authorize(self: &Arc<Self>, ask: &Ask<'_>, entry: &Arc<Entry>) -> Lookup {
-        let (key, caller) = (&ask.key, ask.caller);
-        let result = |label: &str| {
-            self.metrics
-                .authz_revalidations
-                .with_label_values(&[label])
-                .inc()
+use super::entry::Entry;
+use super::fill::{Fill, FillOutcome, Purpose};
+use super::{Ask, Cache, CachePhase, Failure, Lookup};
+
+impl Cache {
+    pub(super) async fn authorize(
+        self: &Arc<Self>,
+        ask: &Arc<Ask>,
+        entry: &Arc<Entry>,
+    ) -> Result<Lookup, Failure> {
+        let fill = Fill {
+            purpose: Purpose::Authorize,
+            key: Some(ask.key.clone()),
+            snapshots: ask.key.snapshots,
+            request: ask.request.clone(),
+            stale: Some(entry.clone()),
+            ticket: Some(self.store.ticket(&ask.key)),
+            policy: ask.caller.policy.clone(),
+            leader: ask.caller.scope,
+            settings: ask.settings.clone(),
+            bypass: None,
         };
-        let request = match (ask.make_request)() {
-            Ok(request) => request,
-            Err(e) => return Lookup::Answer(upstream_error(&e), CacheOutcome::Revalidated),
-        };
-        let response = match self.send_get(request, entry.upstream_etag.clone()).await {
-            Ok(response) => response,
-            Err(e) => {
-                result("error");
-                return Lookup::Answer(upstream_error(&e), CacheOutcome::Revalidated);
-            }
-        };
-        let label = CacheOutcome::Revalidated;
-        let (mut parts, body) = response.into_parts();
-        remove_hop_by_hop(&mut parts.headers);
-        if parts.status == StatusCode::NOT_MODIFIED && entry.upstream_etag.is_some() {
-            result("allowed");
-            entry.confirm(caller.scope, Instant::now() + self.live.get().authz_ttl);
-            return Lookup::Answer(self.serve(entry, label, caller), label);
-        }
-        let body = match self.read_body(body).await {
-            Ok(body) => body,
-            Err(BodyError::TooLarge) => return Lookup::PassThrough,
-            Err(BodyError::Upstream(e)) => {
-                result("error");
-                return Lookup::Answer(upstream_error(&e), label);
-            }
-        };
-        if parts.status == StatusCode::OK && is_cacheable(parts.status, &parts.headers) {
-            let same = self
-                .prepare(key.snapshots.as_str(), &body, caller.policy)
-                .is_some_and(|prepared| prepared.etag == entry.etag);
-            if same {
-                result("allowed");
-                entry.confirm(caller.scope, Instant::now() + self.live.get().authz_ttl);
-                return Lookup::Answer(self.serve(entry, label, caller), label);
-            }
-            // The table moved on since the entry was filled: refill it with this caller's
-            // credentials (once; a table changing that fast is passed through).
-            result("changed");
-            self.store.remove(key);
-            if ask.may_refill {
-                let refill = Ask {
-                    key: key.clone(),
-                    may_refill: false,
-                    ..*ask
-                };
-                return Box::pin(self.load_once(&refill)).await;
-            }
-            return Lookup::PassThrough;
-        }
-        result(if parts.status.is_client_error() {
-            "denied"
-        } else {
-            "error"
+        let outcome = self.produce(fill).await;
+        self.metrics.authz(match &outcome {
+            FillOutcome::Entry(new) if new.content.etag == entry.content.etag => "allowed",
+            FillOutcome::Entry(_) => "changed",
+            FillOutcome::Answer(answer) if answer.status.is_client_error() => "denied",
+            _ => "error",
         });
-        let buffered = Buffered {
-            status: parts.status,
-            headers: parts.headers,
-            body,
-        };
-        Lookup::Answer(buffered.response(label), label)
+        self.answer_own(&ask.caller, outcome, CachePhase::Revalidated)
     }
 }

@@ -1,22 +1,16 @@
-//! The cache key: one entry per representation a client can get of a table.
+//! The cache key: one entry per representation a client can get of a table, derived from the
+//! request as it is sent to the catalog (after hop-by-hop headers and the policy's delegation
+//! rule), so the key and the catalog never disagree about what was asked.
 
 use std::sync::Arc;
 
 use http::header::HeaderMap;
-use http::HeaderName;
 
-use crate::identity::Scope;
-use crate::route::{decode_component, decode_namespace, Route};
-
-pub static ACCESS_DELEGATION: HeaderName = HeaderName::from_static("x-iceberg-access-delegation");
-
-/// A table, by decoded identifiers: every spelling of its path names the same `TableId`.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct TableId {
-    pub prefix: Option<String>,
-    pub namespace: Vec<String>,
-    pub table: String,
-}
+use super::phase::NoCacheReason;
+use crate::catalog::names::TableId;
+use crate::catalog::route::{decode_component, decode_namespace, Route};
+use crate::origin::ACCESS_DELEGATION;
+use crate::policy::identity::Scope;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Snapshots {
@@ -45,44 +39,82 @@ pub struct CacheKey {
 }
 
 impl CacheKey {
-    /// The key of a loadTable request, or None when the request asks for something icecache
-    /// does not cache (an unknown query parameter or value: a catalog extension may change the
-    /// body, so such requests pass through).
+    /// The key of a loadTable request, or why it has none: a parameter icecache does not know
+    /// (a catalog extension may change the body) or one it cannot read unambiguously (the
+    /// catalog might read it another way). Either way the request bypasses the cache.
     pub fn for_load_table(
         route: &Route,
         query: Option<&str>,
-        headers: &HeaderMap,
+        sent: &HeaderMap,
         separator: &str,
         scope: Scope,
-    ) -> Option<CacheKey> {
-        let table = TableId {
-            prefix: route.prefix.clone(),
-            namespace: route.namespace.clone()?,
-            table: route.name.clone()?,
+    ) -> Result<CacheKey, NoCacheReason> {
+        let (Some(namespace), Some(table)) = (route.namespace.clone(), route.name.clone()) else {
+            return Err(NoCacheReason::UnknownParameter);
         };
-        let mut snapshots = Snapshots::All;
+        let query = query.unwrap_or("");
+        // `;` separates parameters for some servers and not for others.
+        if query.contains(';') {
+            return Err(NoCacheReason::AmbiguousQuery);
+        }
+        let mut snapshots = None;
         let mut referenced_by = None;
-        for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+        for pair in query.split('&').filter(|p| !p.is_empty()) {
             let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
-            match decode_component(name).ok()?.as_str() {
+            let name = decode_component(name).map_err(|_| NoCacheReason::AmbiguousQuery)?;
+            match name.as_str() {
                 "snapshots" => {
-                    snapshots = match decode_component(value).ok()?.as_str() {
-                        "all" => Snapshots::All,
-                        "refs" => Snapshots::Refs,
-                        _ => return None,
+                    let mode = match decode_component(value).as_deref() {
+                        Ok("all") => Snapshots::All,
+                        Ok("refs") => Snapshots::Refs,
+                        _ => return Err(NoCacheReason::UnknownParameter),
+                    };
+                    if snapshots.replace(mode).is_some() {
+                        return Err(NoCacheReason::AmbiguousQuery);
                     }
                 }
-                "referenced-by" => referenced_by = Some(canonical_view_chain(value, separator)?),
-                _ => return None,
+                "referenced-by" => {
+                    let chain = canonical_view_chain(value, separator)
+                        .ok_or(NoCacheReason::AmbiguousQuery)?;
+                    if referenced_by.replace(chain).is_some() {
+                        return Err(NoCacheReason::AmbiguousQuery);
+                    }
+                }
+                _ => return Err(NoCacheReason::UnknownParameter),
             }
         }
-        Some(CacheKey {
-            table: Arc::new(table),
-            snapshots,
-            delegation: normalised_delegation(headers),
+        Ok(CacheKey {
+            table: Arc::new(TableId {
+                prefix: route.prefix.clone(),
+                namespace,
+                table,
+            }),
+            snapshots: snapshots.unwrap_or(Snapshots::All),
+            delegation: normalised_delegation(sent),
             referenced_by,
             scope,
         })
+    }
+
+    /// Bytes this key holds (for the memory bound: it is kept in the store and its index).
+    pub fn weight(&self) -> usize {
+        let table = &self.table;
+        let names = table.namespace.iter().map(String::len).sum::<usize>()
+            + table.table.len()
+            + table.prefix.as_ref().map_or(0, String::len);
+        let chain = self
+            .referenced_by
+            .iter()
+            .flatten()
+            .flatten()
+            .map(|p| p.len() + 24)
+            .sum::<usize>();
+        std::mem::size_of::<Self>()
+            + std::mem::size_of::<TableId>()
+            + names
+            + 24 * (table.namespace.len() + 2)
+            + self.delegation.as_ref().map_or(0, String::len)
+            + chain
     }
 }
 
@@ -118,12 +150,12 @@ pub fn normalised_delegation(headers: &HeaderMap) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::identity::IdentityHasher;
-    use crate::route::classify;
+    use crate::catalog::route::classify;
+    use crate::policy::identity::IdentityHasher;
     use http::{HeaderValue, Method};
     use proptest::prelude::*;
 
-    fn key(path_and_query: &str, headers: &HeaderMap) -> Option<CacheKey> {
+    fn key(path_and_query: &str, headers: &HeaderMap) -> Result<CacheKey, NoCacheReason> {
         let (path, query) = match path_and_query.split_once('?') {
             Some((p, q)) => (p, Some(q)),
             None => (path_and_query, None),
@@ -168,13 +200,33 @@ mod tests {
     }
 
     #[test]
-    fn unknown_query_parameters_are_not_cached() {
-        assert!(key("/v1/namespaces/db/tables/t?x=1", &HeaderMap::new()).is_none());
-        assert!(key(
-            "/v1/namespaces/db/tables/t?snapshots=some",
-            &HeaderMap::new()
-        )
-        .is_none());
+    fn unknown_parameters_and_values_have_no_key() {
+        let h = HeaderMap::new();
+        for query in ["x=1", "snapshots=some", "snapshots=ALL", "snapshots"] {
+            assert_eq!(
+                key(&format!("/v1/namespaces/db/tables/t?{query}"), &h),
+                Err(NoCacheReason::UnknownParameter),
+                "{query}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_query_read_two_ways_has_no_key() {
+        let h = HeaderMap::new();
+        for query in [
+            "snapshots=refs&snapshots=all",
+            "snapshots=all&snapshots=all",
+            "snapshots=all;snapshots=refs",
+            "referenced-by=a%1Fv&referenced-by=a%1Fw",
+            "snap%zzshots=all",
+        ] {
+            assert_eq!(
+                key(&format!("/v1/namespaces/db/tables/t?{query}"), &h),
+                Err(NoCacheReason::AmbiguousQuery),
+                "{query}"
+            );
+        }
     }
 
     #[test]

@@ -90,7 +90,12 @@ impl Icecache {
             .unwrap_or_default()
     }
 
-    async fn launch(upstream: &str, extra: &[&str], env: &[(&str, &str)], capture: bool) -> Icecache {
+    async fn launch(
+        upstream: &str,
+        extra: &[&str],
+        env: &[(&str, &str)],
+        capture: bool,
+    ) -> Icecache {
         let listen = format!("127.0.0.1:{}", free_port());
         let admin = format!("127.0.0.1:{}", free_port());
         let log = capture.then(|| std::env::temp_dir().join(format!("{}.log", unique("icecache"))));

@@ -196,7 +196,14 @@ fn caller(headers: &http::HeaderMap) -> String {
 }
 
 /// A LoadTableResult of `table` at `version`, vending keys for the caller when asked to.
-pub fn table_result(shape: &Shape, table: &str, version: u64, caller: &str, n: u64, vend: bool) -> Value {
+pub fn table_result(
+    shape: &Shape,
+    table: &str,
+    version: u64,
+    caller: &str,
+    n: u64,
+    vend: bool,
+) -> Value {
     let expires = SystemTime::now().duration_since(UNIX_EPOCH).unwrap() + shape.lifetime;
     let mut config = json!({ "s3.endpoint": "http://s3.local", "client.region": "eu-west-1" });
     let mut storage = json!([]);
@@ -227,7 +234,11 @@ pub fn table_result(shape: &Shape, table: &str, version: u64, caller: &str, n: u
 
 async fn answer(state: Arc<State>, request: Request<Incoming>) -> Result<Answer, Infallible> {
     let (parts, body) = request.into_parts();
-    let body = body.collect().await.map(|c| c.to_bytes()).unwrap_or_default();
+    let body = body
+        .collect()
+        .await
+        .map(|c| c.to_bytes())
+        .unwrap_or_default();
     if state.record.load(Ordering::Relaxed) {
         state.seen.lock().unwrap().push(Seen {
             method: parts.method.clone(),
@@ -242,7 +253,9 @@ async fn answer(state: Arc<State>, request: Request<Incoming>) -> Result<Answer,
     let who = caller(&parts.headers);
     let n = state.served.fetch_add(1, Ordering::Relaxed) + 1;
     let answer = match (&parts.method, tables_at.map(|i| &segments[i + 1..])) {
-        (&Method::GET, _) if path == "/v1/config" => json_answer(StatusCode::OK, &json!({"defaults":{},"overrides":{}})),
+        (&Method::GET, _) if path == "/v1/config" => {
+            json_answer(StatusCode::OK, &json!({"defaults":{},"overrides":{}}))
+        }
         (&Method::GET, Some([table])) => {
             let answer = load(&state, &shape, &parts.headers, table, &who, n);
             // The state is read first, then the answer takes its time: a write can land and be
@@ -257,7 +270,10 @@ async fn answer(state: Arc<State>, request: Request<Incoming>) -> Result<Answer,
                 .and_then(|b| b["name"].as_str().map(str::to_owned))
                 .unwrap_or_else(|| "created".to_owned());
             let version = bump(&state, &name);
-            json_answer(StatusCode::OK, &table_result(&shape, &name, version, &who, n, true))
+            json_answer(
+                StatusCode::OK,
+                &table_result(&shape, &name, version, &who, n, true),
+            )
         }
         (&Method::POST, Some([table])) => {
             if who == "forbidden" {
@@ -293,7 +309,10 @@ async fn answer(state: Arc<State>, request: Request<Incoming>) -> Result<Answer,
                 .and_then(|b| b["name"].as_str().map(str::to_owned))
                 .unwrap_or_else(|| "registered".to_owned());
             let version = bump(&state, &name);
-            json_answer(StatusCode::OK, &table_result(&shape, &name, version, &who, n, true))
+            json_answer(
+                StatusCode::OK,
+                &table_result(&shape, &name, version, &who, n, true),
+            )
         }
         (&Method::POST, _) if path.ends_with("/transactions/commit") => {
             let changes = serde_json::from_slice::<Value>(&body).unwrap_or_default();

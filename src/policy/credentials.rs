@@ -1,6 +1,7 @@
-//! Vended credentials in a LoadTableResult: what expires when. A cached body that holds
-//! credentials is never served (nor confirmed with a local 304) past the earliest expiry among
-//! them, minus a safety margin.
+//! Vended credentials in a LoadTableResult: which keys are secrets, what expires when, and how
+//! to remove them without rebuilding the metadata. A cached body that holds credentials is
+//! never served (nor confirmed with a local 304) past the earliest expiry among them, minus a
+//! safety margin.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::LazyLock;
@@ -11,7 +12,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::Value;
 
-use crate::policy::KeyPatterns;
+use super::KeyPatterns;
 
 /// The built-in credential keys: a body holding any of them vends credentials.
 static CREDENTIAL_KEYS: LazyLock<KeyPatterns> = LazyLock::new(KeyPatterns::default);
@@ -29,21 +30,34 @@ const MAX_MARGIN: Duration = Duration::from_secs(300);
 
 #[derive(Deserialize)]
 struct StorageCredential {
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_empty")]
     config: HashMap<String, Value>,
 }
 
 /// The parts of a LoadTableResult that can carry credentials; the metadata is skipped unread.
+/// A `null` where an object or a list belongs counts as empty, as lenient clients read it.
 #[derive(Deserialize)]
 struct LoadTableResult {
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_empty")]
     config: HashMap<String, Value>,
-    #[serde(default, rename = "storage-credentials")]
+    #[serde(
+        default,
+        rename = "storage-credentials",
+        deserialize_with = "null_as_empty"
+    )]
     storage_credentials: Vec<StorageCredential>,
 }
 
+fn null_as_empty<'de, D, T>(deserializer: D) -> Result<T, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de> + Default,
+{
+    Ok(Option::<T>::deserialize(deserializer)?.unwrap_or_default())
+}
+
 /// What a body vends.
-#[derive(Debug, Default, PartialEq, Eq)]
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Vended {
     pub has_secrets: bool,
     /// The earliest expiry, in milliseconds since the epoch.
@@ -60,7 +74,7 @@ impl Vended {
             Some(expiry_ms) => {
                 let now_ms = SystemTime::now()
                     .duration_since(UNIX_EPOCH)
-                    .map_or(0, |d| d.as_millis() as u64);
+                    .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
                 let remaining = Duration::from_millis(expiry_ms.saturating_sub(now_ms));
                 let margin = (remaining / 2).min(MAX_MARGIN);
                 Some(remaining - margin)
@@ -103,8 +117,17 @@ fn vended_by<'a>(configs: impl Iterator<Item = &'a HashMap<String, Value>>) -> V
     vended
 }
 
-/// A LoadTableResult with credential keys removed, written with `config` first so injected
-/// properties can be spliced in at response time without parsing the body again.
+/// Where `config` goes in a stripped body.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Layout {
+    /// `config` first, always present (LoadTableResult): injected properties are spliced in
+    /// right after `{"config":{` without parsing the body again.
+    ConfigFirst,
+    /// Only the members the body had (loadCredentials, any other JSON object).
+    AsIs,
+}
+
+/// A body with credential keys removed.
 #[derive(Debug)]
 pub struct Stripped {
     pub body: Bytes,
@@ -116,16 +139,24 @@ pub struct Stripped {
     pub config_empty: bool,
 }
 
-/// Where injected members go in a `Stripped` body: right after `{"config":{`.
+/// Where injected members go in a `Layout::ConfigFirst` body: right after `{"config":{`.
 pub const SPLICE_AT: usize = br#"{"config":{"#.len();
 
 /// Removes every key that `secret` matches from `config` and from each
-/// `storage-credentials[].config`; drops storage credentials left empty, and the array when
-/// none is left. The metadata is copied through unparsed.
-pub fn strip(body: &[u8], secret: &KeyPatterns) -> Result<Stripped, serde_json::Error> {
+/// `storage-credentials[].config`, and drops storage credentials left empty. The other members
+/// (the metadata above all) are copied through unparsed; a repeated member keeps its last
+/// value, the only one written out. Not a JSON object: an error.
+pub fn strip(
+    body: &[u8],
+    secret: &KeyPatterns,
+    layout: Layout,
+) -> Result<Stripped, serde_json::Error> {
     let mut top: BTreeMap<String, Box<RawValue>> = serde_json::from_slice(body)?;
+    let had_config = top.contains_key("config");
     let mut config: HashMap<String, Value> = match top.remove("config") {
-        Some(raw) => serde_json::from_str(raw.get())?,
+        Some(raw) => {
+            serde_json::from_str::<Option<HashMap<String, Value>>>(raw.get())?.unwrap_or_default()
+        }
         None => HashMap::new(),
     };
     let mut removed = 0;
@@ -135,44 +166,58 @@ pub fn strip(body: &[u8], secret: &KeyPatterns) -> Result<Stripped, serde_json::
         removed += before - map.len();
     };
     remove_secrets(&mut config);
-    let mut storage: Vec<serde_json::Map<String, Value>> = match top.remove("storage-credentials") {
-        Some(raw) => serde_json::from_str(raw.get())?,
-        None => Vec::new(),
+    let storage: Option<Vec<serde_json::Map<String, Value>>> = match top
+        .remove("storage-credentials")
+    {
+        Some(raw) => Some(serde_json::from_str::<Option<Vec<_>>>(raw.get())?.unwrap_or_default()),
+        None => None,
     };
+    let mut kept = Vec::new();
     let mut storage_configs = Vec::new();
-    for credential in &mut storage {
+    for mut credential in storage.iter().flatten().cloned() {
         let mut entry_config: HashMap<String, Value> = match credential.remove("config") {
-            Some(value) => serde_json::from_value(value)?,
+            Some(value) => {
+                Option::<HashMap<String, Value>>::deserialize(value)?.unwrap_or_default()
+            }
             None => HashMap::new(),
         };
         remove_secrets(&mut entry_config);
-        storage_configs.push(entry_config);
+        if !entry_config.is_empty() {
+            storage_configs.push(entry_config.clone());
+            let sorted: serde_json::Map<String, Value> = entry_config.into_iter().collect();
+            credential.insert("config".to_owned(), Value::Object(sorted));
+            kept.push(credential);
+        }
     }
     let vended = vended_by(std::iter::once(&config).chain(storage_configs.iter()));
 
     let mut out = Vec::with_capacity(body.len());
-    out.extend_from_slice(br#"{"config":"#);
-    // Sorted, so that equal configs always serialise to equal bytes (and equal ETags).
-    let sorted: BTreeMap<&String, &Value> = config.iter().collect();
-    serde_json::to_writer(&mut out, &sorted)?;
-    let kept: Vec<serde_json::Map<String, Value>> = storage
-        .into_iter()
-        .zip(storage_configs)
-        .filter(|(_, c)| !c.is_empty())
-        .map(|(mut credential, c)| {
-            let sorted: serde_json::Map<String, Value> = c.into_iter().collect();
-            credential.insert("config".to_owned(), Value::Object(sorted));
-            credential
-        })
-        .collect();
-    if !kept.is_empty() {
-        out.extend_from_slice(br#","storage-credentials":"#);
+    out.push(b'{');
+    let mut first = true;
+    let mut member = |out: &mut Vec<u8>, key: &str| -> Result<(), serde_json::Error> {
+        if !std::mem::take(&mut first) {
+            out.push(b',');
+        }
+        serde_json::to_writer(&mut *out, key)?;
+        out.push(b':');
+        Ok(())
+    };
+    if had_config || layout == Layout::ConfigFirst {
+        member(&mut out, "config")?;
+        // Sorted, so that equal configs always serialise to equal bytes (and equal ETags).
+        let sorted: BTreeMap<&String, &Value> = config.iter().collect();
+        serde_json::to_writer(&mut out, &sorted)?;
+    }
+    let keep_list = match layout {
+        Layout::ConfigFirst => !kept.is_empty(),
+        Layout::AsIs => storage.is_some(),
+    };
+    if keep_list {
+        member(&mut out, "storage-credentials")?;
         serde_json::to_writer(&mut out, &kept)?;
     }
     for (key, raw) in &top {
-        out.push(b',');
-        serde_json::to_writer(&mut out, key)?;
-        out.push(b':');
+        member(&mut out, key)?;
         out.extend_from_slice(raw.get().as_bytes());
     }
     out.push(b'}');
@@ -185,7 +230,7 @@ pub fn strip(body: &[u8], secret: &KeyPatterns) -> Result<Stripped, serde_json::
 }
 
 /// The three pieces of a served body with injected properties: the stripped body around the
-/// fragment. Nothing is copied.
+/// fragment. Nothing is copied but the fragment.
 pub fn spliced(body: &Bytes, fragment: &Bytes, config_empty: bool) -> [Bytes; 3] {
     let separator: &'static [u8] = if config_empty || fragment.is_empty() {
         b""
@@ -276,7 +321,7 @@ mod tests {
 
     #[test]
     fn strip_removes_every_secret_and_keeps_the_rest() {
-        let stripped = strip(VENDED, &KeyPatterns::default()).unwrap();
+        let stripped = strip(VENDED, &KeyPatterns::default(), Layout::ConfigFirst).unwrap();
         let text = std::str::from_utf8(&stripped.body).unwrap();
         for secret in ["AK", "SK", "ST", "expires-at"] {
             assert!(!text.contains(secret), "{secret} left in {text}");
@@ -296,7 +341,7 @@ mod tests {
     #[test]
     fn storage_credentials_left_empty_disappear() {
         let body = br#"{"metadata":{},"storage-credentials":[{"prefix":"s3://b","config":{"token":"t"}}]}"#;
-        let stripped = strip(body, &KeyPatterns::default()).unwrap();
+        let stripped = strip(body, &KeyPatterns::default(), Layout::ConfigFirst).unwrap();
         assert_eq!(&stripped.body[..], br#"{"config":{},"metadata":{}}"#);
         assert!(stripped.config_empty);
     }
@@ -308,7 +353,7 @@ mod tests {
             &br#"{"metadata":{}}"#[..],
             br#"{"metadata":{},"config":{"a":"b"}}"#,
         ] {
-            let stripped = strip(body, &KeyPatterns::default()).unwrap();
+            let stripped = strip(body, &KeyPatterns::default(), Layout::ConfigFirst).unwrap();
             let parts = spliced(&stripped.body, &fragment, stripped.config_empty);
             let served = parts.concat();
             let value: Value = serde_json::from_slice(&served).unwrap();
@@ -321,8 +366,37 @@ mod tests {
     }
 
     #[test]
+    fn nulls_where_objects_belong_are_read_as_empty() {
+        let body = br#"{"metadata":{},"config":null,"storage-credentials":null}"#;
+        let stripped = strip(body, &KeyPatterns::default(), Layout::ConfigFirst).unwrap();
+        assert_eq!(&stripped.body[..], br#"{"config":{},"metadata":{}}"#);
+        let body =
+            br#"{"metadata":{},"config":{"s3.secret-access-key":"S"},"storage-credentials":null}"#;
+        let stripped = strip(body, &KeyPatterns::default(), Layout::ConfigFirst).unwrap();
+        assert_eq!(stripped.removed, 1);
+        assert!(inspect(body).unwrap().has_secrets);
+    }
+
+    #[test]
+    fn credentials_answers_keep_their_shape() {
+        let body =
+            br#"{"storage-credentials":[{"prefix":"s3://b","config":{"s3.access-key-id":"A"}}]}"#;
+        let stripped = strip(body, &KeyPatterns::default(), Layout::AsIs).unwrap();
+        assert_eq!(&stripped.body[..], br#"{"storage-credentials":[]}"#);
+    }
+
+    #[test]
+    fn a_repeated_member_is_written_once_with_its_last_value() {
+        let body = br#"{"config":{"s3.secret-access-key":"S"},"config":{"a":"b"},"metadata":{}}"#;
+        let stripped = strip(body, &KeyPatterns::default(), Layout::ConfigFirst).unwrap();
+        assert_eq!(&stripped.body[..], br#"{"config":{"a":"b"},"metadata":{}}"#);
+    }
+
+    #[test]
     fn non_json_is_an_error() {
         assert!(inspect(b"<html>").is_err());
         assert!(inspect(b"[1,2]").is_err());
+        assert!(strip(b"[1,2]", &KeyPatterns::default(), Layout::AsIs).is_err());
+        assert!(strip(b"<html>", &KeyPatterns::default(), Layout::AsIs).is_err());
     }
 }

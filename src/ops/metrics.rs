@@ -1,79 +1,83 @@
-//! Prometheus metrics. Labels are bounded: operations, status codes, outcomes and causes,
-//! never a table name or a token.
+//! Prometheus metrics. Labels are bounded: operations, status codes, cache phases, no-cache
+//! reasons and causes, never a table name or a token. Callers name what happened through the
+//! methods below; the label vectors stay private to this module.
 
 use prometheus::{
-    exponential_buckets, Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
-    Opts, Registry, TextEncoder,
+    exponential_buckets, Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter,
+    IntCounterVec, IntGauge, Opts, Registry, TextEncoder,
 };
 
 pub struct Metrics {
     registry: Registry,
-    pub requests: IntCounterVec,
-    pub request_duration: HistogramVec,
-    pub upstream_duration: HistogramVec,
-    pub upstream_responses: IntCounterVec,
-    pub upstream_errors: IntCounterVec,
+    requests: IntCounterVec,
+    request_duration: HistogramVec,
+    upstream_duration: HistogramVec,
+    upstream_responses: IntCounterVec,
+    upstream_errors: IntCounterVec,
     pub cache_not_modified: IntCounter,
-    pub cache_revalidations: IntCounterVec,
+    cache_revalidations: IntCounterVec,
     pub cache_coalesced_waiters: IntCounter,
+    pub cache_fills_abandoned: IntCounter,
+    cache_bypasses: IntCounterVec,
     pub cache_entries: IntGauge,
     pub cache_bytes: IntGauge,
     pub cache_max_bytes: IntGauge,
-    pub cache_evictions: IntCounterVec,
-    pub cache_invalidations: IntCounterVec,
+    cache_evictions: IntCounterVec,
+    cache_invalidations: IntCounterVec,
     pub cache_credential_caps: IntCounter,
     pub cache_compressions: IntCounter,
     pub credentials_stripped: IntCounter,
     pub credentials_injected: IntCounter,
-    pub authz_revalidations: IntCounterVec,
-    pub config_reloads: IntCounterVec,
+    pub credentials_refused: IntCounter,
+    authz_revalidations: IntCounterVec,
+    config_reloads: IntCounterVec,
+}
+
+fn register<T: prometheus::core::Collector + Clone + 'static>(registry: &Registry, metric: T) -> T {
+    // Names and labels are constants: registration fails only on a programming error, which
+    // every test would catch.
+    registry
+        .register(Box::new(metric.clone()))
+        .expect("metric names are unique");
+    metric
 }
 
 fn counter_vec(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
-    let metric = IntCounterVec::new(Opts::new(name, help), labels).expect("valid metric");
-    registry
-        .register(Box::new(metric.clone()))
-        .expect("unique metric");
-    metric
+    register(
+        registry,
+        IntCounterVec::new(Opts::new(name, help), labels).expect("a valid metric"),
+    )
 }
 
 fn histogram_vec(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> HistogramVec {
     // 100 µs to ~52 s: a local hit and a 250 MB metadata read both land in a bucket.
     let buckets = exponential_buckets(0.0001, 2.0, 20).expect("valid buckets");
-    let metric = HistogramVec::new(HistogramOpts::new(name, help).buckets(buckets), labels)
-        .expect("valid metric");
-    registry
-        .register(Box::new(metric.clone()))
-        .expect("unique metric");
-    metric
+    register(
+        registry,
+        HistogramVec::new(HistogramOpts::new(name, help).buckets(buckets), labels)
+            .expect("a valid metric"),
+    )
 }
 
 fn gauge(registry: &Registry, name: &str, help: &str) -> IntGauge {
-    let metric = IntGauge::new(name, help).expect("valid metric");
-    registry
-        .register(Box::new(metric.clone()))
-        .expect("unique metric");
-    metric
+    register(registry, IntGauge::new(name, help).expect("a valid metric"))
 }
 
 fn counter(registry: &Registry, name: &str, help: &str) -> IntCounter {
-    let metric = IntCounter::new(name, help).expect("valid metric");
-    registry
-        .register(Box::new(metric.clone()))
-        .expect("unique metric");
-    metric
+    register(
+        registry,
+        IntCounter::new(name, help).expect("a valid metric"),
+    )
 }
 
 impl Metrics {
-    /// Builds the metric set. The names and labels are constants, so registration cannot fail
-    /// at run time; a failure here is a programming error caught by every test.
     pub fn new() -> Self {
         let r = Registry::new();
         Metrics {
             requests: counter_vec(
                 &r,
                 "icecache_requests_total",
-                "Requests answered, by Iceberg operation, HTTP status and cache outcome.",
+                "Requests answered, by Iceberg operation, HTTP status and cache phase.",
                 &["route", "status", "cache"],
             ),
             request_duration: histogram_vec(
@@ -97,7 +101,8 @@ impl Metrics {
             upstream_errors: counter_vec(
                 &r,
                 "icecache_upstream_errors_total",
-                "Upstream requests that got no response, by kind (connect, timeout, protocol).",
+                "Upstream requests that got no usable response, by kind (connect, timeout, \
+                 protocol).",
                 &["kind"],
             ),
             cache_not_modified: counter(
@@ -108,14 +113,26 @@ impl Metrics {
             cache_revalidations: counter_vec(
                 &r,
                 "icecache_cache_revalidations_total",
-                "Revalidations of stale entries upstream, by result (not_modified, changed, \
-                 unchanged, error).",
+                "Revalidations of stale entries upstream, by result (not_modified, unchanged, \
+                 changed, gone, error).",
                 &["result"],
             ),
             cache_coalesced_waiters: counter(
                 &r,
                 "icecache_cache_coalesced_waiters_total",
                 "Requests that waited for another request's upstream fill instead of making one.",
+            ),
+            cache_fills_abandoned: counter(
+                &r,
+                "icecache_cache_fills_abandoned_total",
+                "Fills that ended without an answer (a panic or a shutdown); their waiters asked \
+                 again.",
+            ),
+            cache_bypasses: counter_vec(
+                &r,
+                "icecache_cache_bypasses_total",
+                "loadTable answers not cached, by reason.",
+                &["reason"],
             ),
             cache_entries: gauge(
                 &r,
@@ -125,7 +142,7 @@ impl Metrics {
             cache_bytes: gauge(
                 &r,
                 "icecache_cache_bytes",
-                "Bytes held by the loadTable cache (bodies and headers).",
+                "Bytes held by the loadTable cache (bodies, gzip copies, headers and keys).",
             ),
             cache_max_bytes: gauge(
                 &r,
@@ -157,12 +174,18 @@ impl Metrics {
             credentials_stripped: counter(
                 &r,
                 "icecache_credentials_stripped_total",
-                "loadTable bodies from which credential keys were removed.",
+                "Answers from which credential keys were removed.",
             ),
             credentials_injected: counter(
                 &r,
                 "icecache_credentials_injected_total",
-                "loadTable answers served with injected properties.",
+                "Answers served with injected properties.",
+            ),
+            credentials_refused: counter(
+                &r,
+                "icecache_credentials_refused_total",
+                "Answers refused (502) under strip or inject because they could not be checked \
+                 for credentials.",
             ),
             authz_revalidations: counter_vec(
                 &r,
@@ -209,12 +232,108 @@ impl Metrics {
         self
     }
 
+    pub fn request(&self, route: &str, status: &str, cache: &str, seconds: f64) {
+        self.requests
+            .with_label_values(&[route, status, cache])
+            .inc();
+        self.request_duration
+            .with_label_values(&[route])
+            .observe(seconds);
+    }
+
+    pub fn upstream_duration(&self, route: &str) -> Histogram {
+        self.upstream_duration.with_label_values(&[route])
+    }
+
+    pub fn upstream_response(&self, status: http::StatusCode) {
+        self.upstream_responses
+            .with_label_values(&[status.as_str()])
+            .inc();
+    }
+
+    pub fn upstream_error(&self, kind: &str) {
+        self.upstream_errors.with_label_values(&[kind]).inc();
+    }
+
+    pub fn revalidation(&self, result: &str) {
+        self.cache_revalidations.with_label_values(&[result]).inc();
+    }
+
+    pub fn bypass(&self, reason: &str) {
+        self.cache_bypasses.with_label_values(&[reason]).inc();
+    }
+
+    pub fn eviction(&self, cause: &str) {
+        self.cache_evictions.with_label_values(&[cause]).inc();
+    }
+
+    pub fn invalidation(&self, reason: &str) {
+        self.cache_invalidations.with_label_values(&[reason]).inc();
+    }
+
+    pub fn authz(&self, result: &str) {
+        self.authz_revalidations.with_label_values(&[result]).inc();
+    }
+
+    pub fn reload(&self, result: &str) {
+        self.config_reloads.with_label_values(&[result]).inc();
+    }
+
+    /// Counter values of one vector by one label, summed over the others (for `/cache/stats`).
+    pub fn totals(&self, metric: Totals, label: &str) -> std::collections::BTreeMap<String, u64> {
+        use prometheus::core::Collector;
+        let vec = match metric {
+            Totals::Requests => &self.requests,
+            Totals::Revalidations => &self.cache_revalidations,
+            Totals::Evictions => &self.cache_evictions,
+            Totals::Invalidations => &self.cache_invalidations,
+            Totals::Bypasses => &self.cache_bypasses,
+        };
+        let mut totals = std::collections::BTreeMap::new();
+        for family in vec.collect() {
+            for sample in family.get_metric() {
+                let labels = sample.get_label();
+                if let Some(route) = metric.route_filter() {
+                    if !labels
+                        .iter()
+                        .any(|l| l.get_name() == "route" && l.get_value() == route)
+                    {
+                        continue;
+                    }
+                }
+                if let Some(value) = labels.iter().find(|l| l.get_name() == label) {
+                    // Counters hold whole numbers.
+                    let count = sample.get_counter().get_value().max(0.0) as u64;
+                    *totals.entry(value.get_value().to_owned()).or_default() += count;
+                }
+            }
+        }
+        totals
+    }
+
     /// The Prometheus text exposition of every metric.
     pub fn render(&self) -> String {
         let mut out = Vec::new();
         // Encoding into a Vec only fails on a malformed metric family, which `new` rules out.
         let _ = TextEncoder::new().encode(&self.registry.gather(), &mut out);
         String::from_utf8(out).unwrap_or_default()
+    }
+}
+
+/// The vectors `/cache/stats` sums.
+#[derive(Debug, Clone, Copy)]
+pub enum Totals {
+    /// loadTable requests only.
+    Requests,
+    Revalidations,
+    Evictions,
+    Invalidations,
+    Bypasses,
+}
+
+impl Totals {
+    fn route_filter(self) -> Option<&'static str> {
+        matches!(self, Totals::Requests).then_some("load_table")
     }
 }
 

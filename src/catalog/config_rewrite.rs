@@ -3,10 +3,12 @@
 //! A catalog may answer with a `uri` in `overrides` or `defaults` (Lakekeeper puts one in
 //! `overrides`); clients follow it and would route around the cache. icecache replaces it with its
 //! own public URL. The catalog's advertised `namespace-separator` (URL-encoded, spec 1.11) is
-//! returned so that the route decoder can use it.
+//! returned so that the route decoder can use it. Under `strip` and `inject` secrets a catalog
+//! put in `defaults` or `overrides` are removed as they are from a LoadTableResult.
 
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 
+use arc_swap::ArcSwap;
 use bytes::Bytes;
 use serde_json::Value;
 
@@ -20,7 +22,12 @@ pub struct ConfigAnswer {
 }
 
 /// Reads a `/v1/config` body; None when it is not a JSON object (then it passes on untouched).
-pub fn read(body: &[u8], public_url: &str) -> Option<ConfigAnswer> {
+/// Keys that `secrets` matches are removed from both sections.
+pub fn read(
+    body: &[u8],
+    public_url: &str,
+    secrets: Option<&crate::policy::KeyPatterns>,
+) -> Option<ConfigAnswer> {
     let mut config: Value = serde_json::from_slice(body).ok()?;
     if !config.is_object() {
         return None;
@@ -31,6 +38,11 @@ pub fn read(body: &[u8], public_url: &str) -> Option<ConfigAnswer> {
         let Some(properties) = config.get_mut(section).and_then(Value::as_object_mut) else {
             continue;
         };
+        if let Some(secrets) = secrets {
+            let before = properties.len();
+            properties.retain(|key, _| !secrets.matches(key));
+            changed |= properties.len() != before;
+        }
         if let Some(uri) = properties.get_mut("uri") {
             if uri.as_str() != Some(public_url) {
                 *uri = Value::String(public_url.to_owned());
@@ -55,27 +67,24 @@ pub fn read(body: &[u8], public_url: &str) -> Option<ConfigAnswer> {
 }
 
 /// The namespace separator in force: the configured one until the catalog advertises its own.
-pub struct Separator(RwLock<Arc<str>>);
+pub struct Separator(ArcSwap<String>);
 
 impl Separator {
     pub fn new(initial: &str) -> Self {
-        Separator(RwLock::new(Arc::from(initial)))
+        Separator(ArcSwap::from_pointee(initial.to_owned()))
     }
 
-    pub fn get(&self) -> Arc<str> {
-        self.0
-            .read()
-            .map_or_else(|p| p.into_inner().clone(), |s| s.clone())
+    pub fn get(&self) -> Arc<String> {
+        self.0.load_full()
     }
 
     pub fn learn(&self, advertised: &str) {
-        if *self.get() != *advertised {
+        if self.0.load().as_str() != advertised {
             tracing::info!(
                 separator = advertised,
                 "catalog advertises a namespace separator"
             );
-            let mut current = self.0.write().unwrap_or_else(|p| p.into_inner());
-            *current = Arc::from(advertised);
+            self.0.store(Arc::new(advertised.to_owned()));
         }
     }
 }
@@ -87,7 +96,7 @@ mod tests {
     #[test]
     fn a_uri_in_overrides_or_defaults_points_back_at_icecache() {
         let body = br#"{"defaults":{"uri":"http://catalog:8181/catalog"},"overrides":{"uri":"http://elsewhere/","prefix":"wh"}}"#;
-        let answer = read(body, "http://icecache:8181").unwrap();
+        let answer = read(body, "http://icecache:8181", None).unwrap();
         let rewritten: Value = serde_json::from_slice(&answer.rewritten.unwrap()).unwrap();
         assert_eq!(rewritten["defaults"]["uri"], "http://icecache:8181");
         assert_eq!(rewritten["overrides"]["uri"], "http://icecache:8181");
@@ -99,6 +108,7 @@ mod tests {
         let answer = read(
             br#"{"defaults":{},"overrides":{"prefix":"wh"}}"#,
             "http://i",
+            None,
         )
         .unwrap();
         assert_eq!(answer.rewritten, None);
@@ -109,27 +119,39 @@ mod tests {
     fn the_advertised_separator_is_learned_with_overrides_winning() {
         let body = br#"{"defaults":{"namespace-separator":"%2E"},"overrides":{"namespace-separator":"%1F"}}"#;
         assert_eq!(
-            read(body, "http://i").unwrap().separator.as_deref(),
+            read(body, "http://i", None).unwrap().separator.as_deref(),
             Some("%1F")
         );
         let body = br#"{"defaults":{"namespace-separator":"%2E"},"overrides":{}}"#;
         assert_eq!(
-            read(body, "http://i").unwrap().separator.as_deref(),
+            read(body, "http://i", None).unwrap().separator.as_deref(),
             Some("%2E")
         );
     }
 
     #[test]
+    fn secrets_in_the_catalog_config_are_stripped_when_asked() {
+        let body = br#"{"defaults":{"s3.secret-access-key":"S","s3.endpoint":"e"},"overrides":{"token":"t"}}"#;
+        let patterns = crate::policy::KeyPatterns::default();
+        let answer = read(body, "http://i", Some(&patterns)).unwrap();
+        let rewritten: Value = serde_json::from_slice(&answer.rewritten.unwrap()).unwrap();
+        assert_eq!(
+            rewritten,
+            serde_json::json!({"defaults":{"s3.endpoint":"e"},"overrides":{}})
+        );
+    }
+
+    #[test]
     fn non_object_bodies_are_left_alone() {
-        assert_eq!(read(b"[]", "http://i"), None);
-        assert_eq!(read(b"not json", "http://i"), None);
+        assert_eq!(read(b"[]", "http://i", None), None);
+        assert_eq!(read(b"not json", "http://i", None), None);
     }
 
     #[test]
     fn the_separator_starts_as_configured_and_follows_the_catalog() {
         let separator = Separator::new("%1F");
-        assert_eq!(&*separator.get(), "%1F");
+        assert_eq!(separator.get().as_str(), "%1F");
         separator.learn("%2E");
-        assert_eq!(&*separator.get(), "%2E");
+        assert_eq!(separator.get().as_str(), "%2E");
     }
 }

@@ -2,7 +2,9 @@
 //! with certificates reloaded when their files change, and the connection to an HTTPS catalog.
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex};
+
+use arc_swap::ArcSwap;
 use std::time::{Duration, SystemTime};
 
 use rustls::client::ResolvesClientCert;
@@ -28,7 +30,7 @@ pub enum TlsError {
 }
 
 /// Paths of the listener's certificate, key and (for mTLS) client CA bundle.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ListenerTls {
     pub cert: PathBuf,
     pub key: PathBuf,
@@ -37,7 +39,7 @@ pub struct ListenerTls {
 }
 
 /// Paths for the connection to an HTTPS catalog.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct UpstreamTls {
     /// CA bundle to trust instead of the platform's roots.
     pub ca: Option<PathBuf>,
@@ -98,7 +100,7 @@ fn modified(path: &Path) -> Option<SystemTime> {
 /// The listener's certificate, swapped for the files' new contents when they change.
 #[derive(Debug)]
 pub struct ReloadingCert {
-    current: RwLock<Arc<CertifiedKey>>,
+    current: ArcSwap<CertifiedKey>,
     cert: PathBuf,
     key: PathBuf,
     seen: Mutex<(Option<SystemTime>, Option<SystemTime>)>,
@@ -108,7 +110,7 @@ impl ReloadingCert {
     fn load(cert: &Path, key: &Path) -> Result<Self, TlsError> {
         let seen = (modified(cert), modified(key));
         Ok(ReloadingCert {
-            current: RwLock::new(Arc::new(certified_key(cert, key)?)),
+            current: ArcSwap::from_pointee(certified_key(cert, key)?),
             cert: cert.to_owned(),
             key: key.to_owned(),
             seen: Mutex::new(seen),
@@ -124,7 +126,7 @@ impl ReloadingCert {
             return Ok(false);
         }
         let fresh = certified_key(&self.cert, &self.key)?;
-        *self.current.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(fresh);
+        self.current.store(Arc::new(fresh));
         *seen = now;
         Ok(true)
     }
@@ -132,10 +134,7 @@ impl ReloadingCert {
 
 impl ReloadingCert {
     fn current(&self) -> Arc<CertifiedKey> {
-        self.current
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+        self.current.load_full()
     }
 }
 

@@ -34,12 +34,20 @@ pub fn remove_hop_by_hop(headers: &mut HeaderMap) {
     }
 }
 
-/// Prepares a client's request headers for the upstream hop: hop-by-hop headers removed, the
-/// client's `Host` replaced by the upstream's (the HTTP client sets it from the URI) and kept in
-/// `X-Forwarded-Host`, the client's address appended to `X-Forwarded-For`.
-pub fn prepare_forwarded(headers: &mut HeaderMap, peer: SocketAddr, proto: &'static str) {
-    remove_hop_by_hop(headers);
-    if let Some(host) = headers.remove(header::HOST) {
+/// Tells the catalog who asked: the client's `Host` (or HTTP/2 `:authority`) moves to
+/// `X-Forwarded-Host` (the HTTP client sets `Host` from the upstream URI), the client's address
+/// is appended to `X-Forwarded-For`, and `X-Forwarded-Proto` says how it reached icecache.
+/// Hop-by-hop headers must be gone already (`remove_hop_by_hop`).
+pub fn add_forwarded(
+    headers: &mut HeaderMap,
+    authority: Option<&http::uri::Authority>,
+    peer: SocketAddr,
+    proto: &'static str,
+) {
+    let host = headers
+        .remove(header::HOST)
+        .or_else(|| authority.and_then(|a| HeaderValue::from_str(a.as_str()).ok()));
+    if let Some(host) = host {
         if !headers.contains_key(&X_FORWARDED_HOST) {
             headers.insert(X_FORWARDED_HOST.clone(), host);
         }
@@ -82,11 +90,25 @@ mod tests {
     }
 
     #[test]
+    fn an_http2_authority_becomes_the_forwarded_host() {
+        let mut h = HeaderMap::new();
+        let authority: http::uri::Authority = "icecache:8181".parse().unwrap();
+        add_forwarded(
+            &mut h,
+            Some(&authority),
+            "127.0.0.1:5000".parse().unwrap(),
+            "https",
+        );
+        assert_eq!(h.get("x-forwarded-host").unwrap(), "icecache:8181");
+        assert_eq!(h.get("x-forwarded-proto").unwrap(), "https");
+    }
+
+    #[test]
     fn forwarded_headers_are_added_and_appended() {
         let mut h = HeaderMap::new();
         h.insert(header::HOST, HeaderValue::from_static("icecache:8181"));
         h.insert("x-forwarded-for", HeaderValue::from_static("10.0.0.1"));
-        prepare_forwarded(&mut h, "127.0.0.1:5000".parse().unwrap(), "http");
+        add_forwarded(&mut h, None, "127.0.0.1:5000".parse().unwrap(), "http");
         assert_eq!(h.get("x-forwarded-for").unwrap(), "10.0.0.1, 127.0.0.1");
         assert_eq!(h.get("x-forwarded-host").unwrap(), "icecache:8181");
         assert_eq!(h.get("x-forwarded-proto").unwrap(), "http");

@@ -8,7 +8,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use thiserror::Error;
 
-use crate::body::{empty, Body};
+use crate::wire::body::{empty, Body};
 
 #[derive(Debug, Error)]
 pub enum ProbeError {

@@ -1,0 +1,218 @@
+//! A cached answer. `Content` is what a fill produced (the policy-processed body, its gzip copy,
+//! the headers served with it, the ETags), built once; an `Entry` is that content as the store
+//! holds it, with the bookkeeping that decides whether it may still be served: when it was
+//! fetched or confirmed, the table generation and policy generation it was filled under, until
+//! when its credentials may be handed out, and who was confirmed for it.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderMap, HeaderValue};
+use tokio::time::Instant;
+
+use super::key::CacheKey;
+use super::vary::Varies;
+use crate::policy::identity::Scope;
+
+/// What a fill produced, ready to serve.
+#[derive(Debug)]
+pub struct Content {
+    /// The policy-processed body (without injected values, which are spliced in as it is sent).
+    pub body: Bytes,
+    pub config_empty: bool,
+    /// The body gzip-compressed once at fill time, with its own ETag.
+    pub gzip: Option<Gzipped>,
+    /// The headers served with the body, without `ETag`, `Age`, `Content-Length`, `x-cache`
+    /// and `Content-Encoding`, which vary per answer. Values are copies: they keep no read
+    /// buffer alive.
+    pub headers: HeaderMap,
+    /// icecache's own strong ETag of the identity body as served, the one clients see.
+    pub etag: HeaderValue,
+    /// The catalog's ETag, used only to revalidate upstream.
+    pub upstream_etag: Option<HeaderValue>,
+    /// Served length of the identity body (with any injected values).
+    pub length: usize,
+    /// The request headers the answer varies on, with the values it was fetched with.
+    pub vary: Varies,
+}
+
+#[derive(Debug)]
+pub struct Gzipped {
+    pub body: Bytes,
+    pub etag: HeaderValue,
+}
+
+impl Content {
+    /// Bytes held, for the memory bound: the buffers, and the allocations around them as
+    /// measured (a header map costs about 100 bytes a field beyond its name and value).
+    pub fn weight(&self) -> usize {
+        let headers: usize = 96
+            + self
+                .headers
+                .iter()
+                .map(|(name, value)| name.as_str().len() + value.len() + 112)
+                .sum::<usize>();
+        self.body.len()
+            + self.gzip.as_ref().map_or(0, |g| g.body.len() + 96)
+            + headers
+            + self.vary.weight()
+            + 128
+            + std::mem::size_of::<Self>()
+    }
+}
+
+/// Per-entry state shared with the table's other entries: its generation moves on every write
+/// or purge that touches the table, and the keys of its entries, so an invalidation finds them.
+#[derive(Debug, Default)]
+pub struct TableState {
+    generation: AtomicU64,
+    keys: Mutex<std::collections::HashSet<CacheKey>>,
+}
+
+impl TableState {
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+
+    pub fn bump(&self) {
+        self.generation.fetch_add(1, Ordering::AcqRel);
+    }
+
+    pub fn keys(&self) -> MutexGuard<'_, std::collections::HashSet<CacheKey>> {
+        // Every use is a single call on the set, which a panic cannot leave half done: a
+        // poisoned lock is still sound.
+        self.keys.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// What a fill holds while it asks the catalog: its table's state as it was before the
+/// request. An answer is current only while the generation has not moved.
+#[derive(Debug, Clone)]
+pub struct FillTicket {
+    pub table: Arc<TableState>,
+    pub generation: u64,
+}
+
+impl FillTicket {
+    pub fn is_current(&self) -> bool {
+        self.table.generation() == self.generation
+    }
+}
+
+/// Most callers one entry remembers as confirmed under identity `revalidate`; past it the list
+/// starts again (a forgotten caller is only checked once more).
+const MAX_CONFIRMED: usize = 4096;
+
+/// What holding an entry costs beyond its content and key, measured on this build: moka's
+/// node and queues, the `Arc`s, the index set's slot, the allocator's rounding.
+const ENTRY_OVERHEAD: usize = 640;
+
+/// A cached answer with its bookkeeping.
+#[derive(Debug)]
+pub struct Entry {
+    pub content: Arc<Content>,
+    /// When the catalog was asked for (or confirmed) this version.
+    pub stored_at: Instant,
+    /// Past this instant the body's vended credentials are too close to expiry: the entry is
+    /// neither served nor confirmed with a 304, stale or not.
+    pub servable_until: Option<Instant>,
+    /// The policy it was filled under; under any other it is never served.
+    pub policy_generation: u64,
+    pub ticket: FillTicket,
+    /// Under identity `revalidate`: the callers confirmed upstream for this version, and until
+    /// when. A new version is a new entry, with none.
+    confirmed: Mutex<HashMap<Scope, Instant>>,
+}
+
+impl Entry {
+    pub fn new(
+        content: Arc<Content>,
+        stored_at: Instant,
+        servable_until: Option<Instant>,
+        policy_generation: u64,
+        ticket: FillTicket,
+    ) -> Entry {
+        Entry {
+            content,
+            stored_at,
+            servable_until,
+            policy_generation,
+            ticket,
+            confirmed: Mutex::default(),
+        }
+    }
+
+    /// The same content confirmed again at `now` (the catalog answered 304).
+    pub fn refreshed(&self, now: Instant, ticket: FillTicket) -> Entry {
+        Entry::new(
+            self.content.clone(),
+            now,
+            self.servable_until,
+            self.policy_generation,
+            ticket,
+        )
+    }
+
+    /// Whether the entry may still be served at all: no write since it was filled, and its
+    /// credentials (if any) not about to expire.
+    pub fn is_current(&self, now: Instant) -> bool {
+        self.ticket.is_current() && self.servable_until.is_none_or(|until| now < until)
+    }
+
+    pub fn credentials_servable(&self, now: Instant) -> bool {
+        self.servable_until.is_none_or(|until| now < until)
+    }
+
+    /// Until when the entry is served without asking upstream: `fresh_for` (as configured now)
+    /// after it was fetched or confirmed, never past its credentials' window.
+    pub fn fresh_until(&self, fresh_for: Duration) -> Instant {
+        let fresh_until = self.stored_at + fresh_for;
+        self.servable_until
+            .map_or(fresh_until, |until| fresh_until.min(until))
+    }
+
+    pub fn age(&self, now: Instant) -> Duration {
+        now.saturating_duration_since(self.stored_at)
+    }
+
+    fn confirmed(&self) -> MutexGuard<'_, HashMap<Scope, Instant>> {
+        self.confirmed.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn confirm(&self, scope: Scope, until: Instant) {
+        let mut confirmed = self.confirmed();
+        let now = Instant::now();
+        confirmed.retain(|_, until| *until > now);
+        if confirmed.len() >= MAX_CONFIRMED {
+            confirmed.clear();
+        }
+        confirmed.insert(scope, until);
+    }
+
+    /// Takes over `old`'s confirmations (the catalog confirmed the same version again).
+    pub fn carry_confirmations(&self, old: &Entry) {
+        let carried = old.confirmed().clone();
+        self.confirmed().extend(carried);
+    }
+
+    pub fn revoke(&self, scope: &Scope) {
+        self.confirmed().remove(scope);
+    }
+
+    pub fn is_confirmed(&self, scope: &Scope) -> bool {
+        self.confirmed()
+            .get(scope)
+            .is_some_and(|until| Instant::now() < *until)
+    }
+
+    /// Bytes this entry holds under `key`, for the memory bound (the key is held twice: by the
+    /// store and by the table's index).
+    pub fn weight(&self, key: &CacheKey) -> u32 {
+        let total =
+            self.content.weight() + 2 * key.weight() + std::mem::size_of::<Self>() + ENTRY_OVERHEAD;
+        u32::try_from(total).unwrap_or(u32::MAX)
+    }
+}

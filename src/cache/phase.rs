@@ -1,0 +1,72 @@
+//! How an answer was produced, and why one was not cached: the `x-cache` header, the metrics
+//! labels and the log fields all come from these two enums.
+
+/// How a loadTable answer was produced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum CachePhase {
+    /// Served from a fresh entry.
+    Hit,
+    /// Fetched from the catalog by this request.
+    Miss,
+    /// A stale entry (or this caller's right to it) was confirmed or replaced by this request.
+    Revalidated,
+    /// A stale entry served without confirmation (revalidating in the background, or the
+    /// catalog failing within `stale_if_error`).
+    Stale,
+    /// Answered by another request's fill.
+    Coalesced,
+    /// Not cacheable: answered from the catalog without the cache.
+    Bypass,
+}
+
+impl CachePhase {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CachePhase::Hit => "HIT",
+            CachePhase::Miss => "MISS",
+            CachePhase::Revalidated => "REVALIDATED",
+            CachePhase::Stale => "STALE",
+            CachePhase::Coalesced => "COALESCED",
+            CachePhase::Bypass => "BYPASS",
+        }
+    }
+}
+
+/// Why an answer was not stored (or a request not looked up).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum NoCacheReason {
+    /// A query parameter icecache does not know: a catalog extension may change the body.
+    UnknownParameter,
+    /// A query icecache cannot read one way only (a repeated parameter, `;`, bad escapes).
+    AmbiguousQuery,
+    /// Not a 200.
+    NotOk,
+    /// Not a JSON LoadTableResult in the identity encoding.
+    NotLoadTableResult,
+    /// `Cache-Control: no-store`.
+    NoStore,
+    /// `Cache-Control: private` under an identity policy that shares entries.
+    Private,
+    /// The catalog varies the answer on a header the key does not hold.
+    Vary,
+    /// Larger than `cache.max_entry_bytes`.
+    TooLarge,
+    /// A write or purge touched the table while the answer was on its way.
+    Superseded,
+}
+
+impl NoCacheReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NoCacheReason::UnknownParameter => "unknown_parameter",
+            NoCacheReason::AmbiguousQuery => "ambiguous_query",
+            NoCacheReason::NotOk => "not_ok",
+            NoCacheReason::NotLoadTableResult => "not_load_table_result",
+            NoCacheReason::NoStore => "no_store",
+            NoCacheReason::Private => "private",
+            NoCacheReason::Vary => "vary",
+            NoCacheReason::TooLarge => "too_large",
+            NoCacheReason::Superseded => "superseded",
+        }
+    }
+}

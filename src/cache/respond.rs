@@ -1,0 +1,141 @@
+//! Writing a loadTable answer from what the cache has: an entry (304 when the client's
+//! `If-None-Match` names it, else the body, gzip when the client takes it, injected values
+//! spliced in as it is sent) or an answer that was not cached. Every answer carries `x-cache`
+//! and only icecache's own ETag, spelled `ETag` on HTTP/1.1.
+
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::{Extensions, Response, StatusCode};
+use tokio::time::Instant;
+
+use super::entry::Entry;
+use super::fill::Answered;
+use super::phase::CachePhase;
+use super::Caller;
+use crate::ops::metrics::Metrics;
+use crate::policy::stage::{self, Shape};
+use crate::wire::body::{empty, full, pieces, Body};
+use crate::wire::etag::if_none_match_matches;
+
+pub static X_CACHE: HeaderName = HeaderName::from_static("x-cache");
+
+/// Headers a 304 repeats from the 200 it stands for (RFC 9110 §15.4.5).
+const KEPT_ON_304: [HeaderName; 3] = [
+    header::CACHE_CONTROL,
+    header::VARY,
+    header::CONTENT_LOCATION,
+];
+
+/// The answer to `caller` from `entry`. Never a 304 without `If-None-Match`, nor one that would
+/// confirm credentials past their window.
+pub fn from_entry(
+    entry: &Entry,
+    phase: CachePhase,
+    caller: &Caller,
+    metrics: &Metrics,
+    case: &Extensions,
+) -> Response<Body> {
+    let now = Instant::now();
+    let content = &entry.content;
+    let gzip = content.gzip.as_ref().filter(|_| caller.accepts_gzip);
+    let names_this_version = !caller.if_none_match.is_empty()
+        && (if_none_match_matches(&caller.if_none_match, &content.etag)
+            || content
+                .gzip
+                .as_ref()
+                .is_some_and(|g| if_none_match_matches(&caller.if_none_match, &g.etag)));
+    let mut response = if names_this_version && entry.credentials_servable(now) {
+        metrics.cache_not_modified.inc();
+        let mut r = Response::new(empty());
+        *r.status_mut() = StatusCode::NOT_MODIFIED;
+        for name in &KEPT_ON_304 {
+            for value in content.headers.get_all(name) {
+                r.headers_mut().append(name.clone(), value.clone());
+            }
+        }
+        let etag = gzip.map_or(&content.etag, |g| &g.etag);
+        r.headers_mut().insert(header::ETAG, etag.clone());
+        r
+    } else if let Some(gzip) = gzip {
+        let mut r = Response::new(full(gzip.body.clone()));
+        let headers = r.headers_mut();
+        *headers = content.headers.clone();
+        headers.insert(header::ETAG, gzip.etag.clone());
+        headers.insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
+        headers.insert(header::CONTENT_LENGTH, HeaderValue::from(gzip.body.len()));
+        r
+    } else {
+        let served = stage::served(
+            &content.body,
+            content.config_empty,
+            Shape::Table,
+            &caller.policy,
+        );
+        if served.len() > 1 {
+            metrics.credentials_injected.inc();
+        }
+        let mut r = Response::new(pieces(served));
+        let headers = r.headers_mut();
+        *headers = content.headers.clone();
+        headers.insert(header::ETAG, content.etag.clone());
+        headers.insert(header::CONTENT_LENGTH, HeaderValue::from(content.length));
+        r
+    };
+    let headers = response.headers_mut();
+    headers.insert(X_CACHE.clone(), HeaderValue::from_static(phase.as_str()));
+    headers.insert(header::AGE, HeaderValue::from(entry.age(now).as_secs()));
+    *response.extensions_mut() = case.clone();
+    response
+}
+
+/// The answer to `caller` from an answer the cache did not keep. `Set-Cookie` goes only to the
+/// caller whose request fetched it.
+pub fn from_answer(
+    answer: &Answered,
+    phase: CachePhase,
+    caller: &Caller,
+    metrics: &Metrics,
+    case: &Extensions,
+) -> Response<Body> {
+    let not_modified = answer.status == StatusCode::OK
+        && !caller.if_none_match.is_empty()
+        && answer
+            .etag
+            .as_ref()
+            .is_some_and(|tag| if_none_match_matches(&caller.if_none_match, tag));
+    let mut response = if not_modified {
+        metrics.cache_not_modified.inc();
+        let mut r = Response::new(empty());
+        *r.status_mut() = StatusCode::NOT_MODIFIED;
+        r
+    } else {
+        if answer.body.len() > 1 {
+            metrics.credentials_injected.inc();
+        }
+        let mut r = Response::new(pieces(answer.body.clone()));
+        *r.status_mut() = answer.status;
+        *r.headers_mut() = answer.headers.clone();
+        let length: usize = answer.body.iter().map(bytes::Bytes::len).sum();
+        r.headers_mut()
+            .insert(header::CONTENT_LENGTH, HeaderValue::from(length));
+        r
+    };
+    let headers = response.headers_mut();
+    if caller.scope != answer.leader {
+        headers.remove(header::SET_COOKIE);
+    }
+    if let Some(etag) = &answer.etag {
+        headers.insert(header::ETAG, etag.clone());
+    }
+    headers.insert(X_CACHE.clone(), HeaderValue::from_static(phase.as_str()));
+    *response.extensions_mut() = case.clone();
+    response
+}
+
+/// Marks a response the cache did not build (a streamed bypass, an error) with its phase.
+pub fn mark(mut response: Response<Body>, phase: CachePhase, case: &Extensions) -> Response<Body> {
+    let headers: &mut HeaderMap = response.headers_mut();
+    headers.remove(header::ETAG);
+    headers.insert(X_CACHE.clone(), HeaderValue::from_static(phase.as_str()));
+    response.extensions_mut().extend(case.clone());
+    response
+}

@@ -1,0 +1,8 @@
+//! What icecache knows of the Iceberg REST catalog: which operation a request is and what it
+//! names (`route`), how tables are named exactly and loosely (`names`), what a write touches
+//! (`writes`), and the `/v1/config` answer that keeps clients on icecache (`config_rewrite`).
+
+pub mod config_rewrite;
+pub mod names;
+pub mod route;
+pub mod writes;

@@ -1,0 +1,98 @@
+//! Names of tables, two ways. A `TableId` is exact: the decoded prefix, namespace parts and
+//! name of one path, what a cache key holds. A `LooseName` is what a write invalidates: every
+//! spelling a catalog might take for the same table lands on one, so a write through any of
+//! them reaches the entries of all (SeaweedFS serves a namespace written with `.` as well as
+//! `%1F`, every path without `{prefix}`, and names are case-folded by some catalogs).
+
+use std::sync::Arc;
+
+/// A table, by decoded identifiers.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct TableId {
+    pub prefix: Option<String>,
+    pub namespace: Vec<String>,
+    pub table: String,
+}
+
+impl TableId {
+    pub fn loose(&self) -> LooseName {
+        LooseName::new(&self.namespace, &self.table)
+    }
+}
+
+/// A table as any spelling of it may name it: no prefix, namespace parts also split on `.`,
+/// everything lower-cased. Two distinct tables may share one (then a write to either
+/// invalidates both, which costs a refill, never a stale answer).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct LooseName(Arc<(Vec<String>, String)>);
+
+impl LooseName {
+    pub fn new(namespace: &[String], table: &str) -> LooseName {
+        LooseName(Arc::new((loose_namespace(namespace), table.to_lowercase())))
+    }
+
+    pub fn namespace(&self) -> &[String] {
+        &self.0 .0
+    }
+
+    pub fn table(&self) -> &str {
+        &self.0 .1
+    }
+
+    /// Whether this table lies in `namespace` (a loose namespace) or one of its children.
+    pub fn is_in(&self, namespace: &[String]) -> bool {
+        self.namespace().starts_with(namespace)
+    }
+}
+
+/// Namespace parts as every spelling may give them: split on `.`, lower-cased, empty parts
+/// dropped.
+pub fn loose_namespace(parts: &[String]) -> Vec<String> {
+    parts
+        .iter()
+        .flat_map(|part| part.split('.'))
+        .filter(|part| !part.is_empty())
+        .map(str::to_lowercase)
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parts(p: &[&str]) -> Vec<String> {
+        p.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn dotted_and_separated_namespaces_are_one_loose_name() {
+        assert_eq!(
+            LooseName::new(&parts(&["a.b"]), "t"),
+            LooseName::new(&parts(&["a", "b"]), "t")
+        );
+    }
+
+    #[test]
+    fn prefix_and_case_do_not_tell_loose_names_apart() {
+        let with = TableId {
+            prefix: Some("warehouse".into()),
+            namespace: parts(&["DB"]),
+            table: "T".into(),
+        };
+        let without = TableId {
+            prefix: None,
+            namespace: parts(&["db"]),
+            table: "t".into(),
+        };
+        assert_ne!(with, without);
+        assert_eq!(with.loose(), without.loose());
+    }
+
+    #[test]
+    fn a_table_lies_in_its_namespace_and_its_parents() {
+        let name = LooseName::new(&parts(&["a", "b"]), "t");
+        assert!(name.is_in(&parts(&["a"])));
+        assert!(name.is_in(&parts(&["a", "b"])));
+        assert!(!name.is_in(&parts(&["b"])));
+    }
+}

@@ -1,0 +1,363 @@
+//! Accepting connections: HTTP/1.1 and HTTP/2 (prior knowledge, or ALPN under TLS) on one
+//! port, bounded request heads and head-read time, a connection limit, idle connections closed
+//! (HTTP/2 ones also pinged, so a vanished peer is noticed), and a graceful stop.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Request, Response};
+use http_body::{Frame, SizeHint};
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{watch, Semaphore};
+use tokio::time::Instant;
+use tokio_rustls::TlsAcceptor;
+use tower::Service;
+
+use crate::wire::body::{Body, BoxError};
+
+/// Connection limits of one listener.
+#[derive(Clone, Debug)]
+pub struct Limits {
+    pub max_header_bytes: usize,
+    pub header_read_timeout: Duration,
+    pub idle_timeout: Duration,
+    pub max_connections: usize,
+    pub shutdown_grace: Duration,
+}
+
+/// How often an HTTP/2 connection is pinged, and how long a ping may go unanswered.
+const H2_KEEPALIVE: Duration = Duration::from_secs(20);
+
+/// The two protocol builders, configured once per listener.
+struct Protocols {
+    http1: hyper::server::conn::http1::Builder,
+    http2: hyper::server::conn::http2::Builder<TokioExecutor>,
+}
+
+impl Protocols {
+    fn new(limits: &Limits) -> Self {
+        let mut http1 = hyper::server::conn::http1::Builder::new();
+        http1
+            .timer(TokioTimer::new())
+            .header_read_timeout(limits.header_read_timeout)
+            .max_header_size(limits.max_header_bytes)
+            // With the case map set on a response (see `header_case`), `ETag` is written as
+            // `ETag`.
+            .preserve_header_case(true)
+            .keep_alive(true);
+        let mut http2 = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
+        http2
+            .timer(TokioTimer::new())
+            .keep_alive_interval(H2_KEEPALIVE)
+            .keep_alive_timeout(H2_KEEPALIVE)
+            .max_header_list_size(u32::try_from(limits.max_header_bytes).unwrap_or(u32::MAX));
+        Protocols { http1, http2 }
+    }
+}
+
+const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+/// Whether a plain connection speaks HTTP/2 (prior knowledge), from its first bytes, without
+/// consuming them. None when the client closed or sent nothing in time: a connection that
+/// never speaks must not hold a slot.
+async fn speaks_h2(stream: &TcpStream, deadline: Duration) -> Option<bool> {
+    let detect = async {
+        let mut seen = [0u8; 24];
+        loop {
+            stream.readable().await.ok()?;
+            let n = stream.peek(&mut seen).await.ok()?;
+            if n == 0 {
+                return None;
+            }
+            if seen[..n] != H2_PREFACE[..n] {
+                return Some(false);
+            }
+            if n == H2_PREFACE.len() {
+                return Some(true);
+            }
+            // A preface split across packets: the bytes stay readable, so wait a little.
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    };
+    tokio::time::timeout(deadline, detect).await.ok().flatten()
+}
+
+/// Serves the services `make_service` builds (one per connection, for its peer) on `listener`
+/// until `shutdown` turns true, then lets in-flight requests finish for up to
+/// `limits.shutdown_grace`.
+pub async fn serve<M, S>(
+    listener: TcpListener,
+    tls: Option<TlsAcceptor>,
+    limits: Limits,
+    mut shutdown: watch::Receiver<bool>,
+    make_service: M,
+) where
+    M: Fn(SocketAddr) -> S,
+    S: Service<Request<Incoming>, Response = Response<Body>, Error = Infallible>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+{
+    let protocols = Arc::new(Protocols::new(&limits));
+    let permits = Arc::new(Semaphore::new(limits.max_connections));
+    loop {
+        let permit = tokio::select! {
+            permit = permits.clone().acquire_owned() => match permit {
+                Ok(permit) => permit,
+                Err(_) => break,
+            },
+            () = stopped(&mut shutdown) => break,
+        };
+        let (stream, peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(e) => {
+                    // Out of file descriptors and the like: back off rather than spin.
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            () = stopped(&mut shutdown) => break,
+        };
+        let _ = stream.set_nodelay(true);
+        let service = make_service(peer);
+        let (protocols, tls, limits, shutdown) = (
+            protocols.clone(),
+            tls.clone(),
+            limits.clone(),
+            shutdown.clone(),
+        );
+        tokio::spawn(async move {
+            // A connection that says nothing is idle from the start.
+            let deadline = limits.header_read_timeout.min(limits.idle_timeout);
+            let result = match tls {
+                None => match speaks_h2(&stream, deadline).await {
+                    Some(h2) => serve_io(&protocols, &limits, shutdown, stream, h2, service).await,
+                    None => return,
+                },
+                Some(acceptor) => {
+                    // The handshake is bounded like a request head.
+                    let stream = match tokio::time::timeout(deadline, acceptor.accept(stream)).await
+                    {
+                        Ok(Ok(stream)) => stream,
+                        Ok(Err(e)) => {
+                            tracing::debug!(peer = %peer, error = %e, "TLS handshake failed");
+                            return;
+                        }
+                        Err(_) => return,
+                    };
+                    let h2 = stream.get_ref().1.alpn_protocol() == Some(b"h2");
+                    serve_io(&protocols, &limits, shutdown, stream, h2, service).await
+                }
+            };
+            if let Err(e) = result {
+                tracing::debug!(peer = %peer, error = %e, "connection ended with an error");
+            }
+            drop(permit);
+        });
+    }
+    drop(listener);
+    // Every connection holds a permit until it closes: all of them back means all closed.
+    let all = u32::try_from(limits.max_connections).unwrap_or(u32::MAX);
+    if tokio::time::timeout(limits.shutdown_grace, permits.acquire_many(all))
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            grace = ?limits.shutdown_grace,
+            "in-flight requests still running after the shutdown grace period; closing them"
+        );
+    }
+}
+
+/// Requests in flight on one connection and when the last one ended.
+struct Activity {
+    born: Instant,
+    in_flight: AtomicUsize,
+    last_ms: AtomicU64,
+}
+
+impl Activity {
+    fn touch(&self) {
+        let ms = u64::try_from(self.born.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.last_ms.store(ms, Ordering::Relaxed);
+    }
+
+    /// When the connection falls idle if nothing happens, or None while a request runs.
+    fn idle_at(&self, idle: Duration) -> Option<Instant> {
+        (self.in_flight.load(Ordering::Acquire) == 0)
+            .then(|| self.born + Duration::from_millis(self.last_ms.load(Ordering::Relaxed)) + idle)
+    }
+}
+
+/// Counts a request in flight from its arrival until its response body is done with.
+struct InFlight(Arc<Activity>);
+
+impl InFlight {
+    fn start(activity: &Arc<Activity>) -> InFlight {
+        activity.in_flight.fetch_add(1, Ordering::AcqRel);
+        InFlight(activity.clone())
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.touch();
+        self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// A response body that keeps its request counted as in flight until it is sent or dropped.
+struct Tracked {
+    body: Body,
+    _in_flight: InFlight,
+}
+
+impl http_body::Body for Tracked {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
+    }
+}
+
+/// The connection's service, counting what is in flight.
+#[derive(Clone)]
+struct Counted<S> {
+    inner: S,
+    activity: Arc<Activity>,
+}
+
+impl<S> Service<Request<Incoming>> for Counted<S>
+where
+    S: Service<Request<Incoming>, Response = Response<Body>, Error = Infallible>,
+    S::Future: Send + 'static,
+{
+    type Response = Response<Tracked>;
+    type Error = Infallible;
+    type Future =
+        Pin<Box<dyn std::future::Future<Output = Result<Response<Tracked>, Infallible>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request<Incoming>) -> Self::Future {
+        let in_flight = InFlight::start(&self.activity);
+        let answer = self.inner.call(request);
+        Box::pin(async move {
+            let response = answer.await?;
+            Ok(response.map(|body| Tracked {
+                body,
+                _in_flight: in_flight,
+            }))
+        })
+    }
+}
+
+async fn serve_io<I, S>(
+    protocols: &Protocols,
+    limits: &Limits,
+    mut shutdown: watch::Receiver<bool>,
+    io: I,
+    h2: bool,
+    service: S,
+) -> Result<(), hyper::Error>
+where
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    S: Service<Request<Incoming>, Response = Response<Body>, Error = Infallible>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+{
+    let activity = Arc::new(Activity {
+        born: Instant::now(),
+        in_flight: AtomicUsize::new(0),
+        last_ms: AtomicU64::new(0),
+    });
+    let service = TowerToHyperService::new(Counted {
+        inner: service,
+        activity: activity.clone(),
+    });
+    let io = TokioIo::new(io);
+    if h2 {
+        let connection = protocols.http2.serve_connection(io, service);
+        tokio::pin!(connection);
+        watch_connection(connection, limits, &mut shutdown, &activity, |c| {
+            c.graceful_shutdown();
+        })
+        .await
+    } else {
+        let connection = protocols.http1.serve_connection(io, service);
+        tokio::pin!(connection);
+        watch_connection(connection, limits, &mut shutdown, &activity, |c| {
+            c.graceful_shutdown();
+        })
+        .await
+    }
+}
+
+/// Drives a connection to its end, asking it to close gracefully once it has been idle for
+/// `idle_timeout` or when the listener stops.
+async fn watch_connection<C>(
+    mut connection: Pin<&mut C>,
+    limits: &Limits,
+    shutdown: &mut watch::Receiver<bool>,
+    activity: &Activity,
+    close: impl Fn(Pin<&mut C>),
+) -> Result<(), hyper::Error>
+where
+    C: std::future::Future<Output = Result<(), hyper::Error>>,
+{
+    let mut closing = false;
+    loop {
+        let idle_at = activity
+            .idle_at(limits.idle_timeout)
+            .unwrap_or_else(|| Instant::now() + limits.idle_timeout);
+        tokio::select! {
+            result = connection.as_mut() => return result,
+            () = stopped(shutdown), if !closing => {
+                closing = true;
+                close(connection.as_mut());
+            }
+            () = tokio::time::sleep_until(idle_at), if !closing => {
+                if activity.idle_at(limits.idle_timeout).is_some_and(|at| at <= Instant::now()) {
+                    closing = true;
+                    close(connection.as_mut());
+                }
+            }
+        }
+    }
+}
+
+async fn stopped(shutdown: &mut watch::Receiver<bool>) {
+    // A dropped sender means nobody can ask for a stop any more: keep serving.
+    if shutdown.wait_for(|stop| *stop).await.is_err() {
+        std::future::pending::<()>().await;
+    }
+}

@@ -1,0 +1,90 @@
+//! The access log and the request metrics, as one tower layer around the proxy service: the
+//! handler says what it did (an `Outcome` in the response's extensions), this layer counts it
+//! and writes one line per request at info. The path is copied only when that line is written.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use http::{Request, Response};
+use tokio::time::Instant;
+use tower::{Layer, Service};
+
+use super::metrics::Metrics;
+use crate::proxy::Outcome;
+use crate::wire::body::Body;
+
+#[derive(Clone)]
+pub struct AccessLogLayer {
+    metrics: Arc<Metrics>,
+}
+
+impl AccessLogLayer {
+    pub fn new(metrics: Arc<Metrics>) -> Self {
+        AccessLogLayer { metrics }
+    }
+}
+
+impl<S> Layer<S> for AccessLogLayer {
+    type Service = AccessLog<S>;
+
+    fn layer(&self, inner: S) -> AccessLog<S> {
+        AccessLog {
+            inner,
+            metrics: self.metrics.clone(),
+        }
+    }
+}
+
+#[derive(Clone)]
+pub struct AccessLog<S> {
+    inner: S,
+    metrics: Arc<Metrics>,
+}
+
+impl<S, B> Service<Request<B>> for AccessLog<S>
+where
+    S: Service<Request<B>, Response = Response<Body>, Error = Infallible>,
+    S::Future: Send + 'static,
+{
+    type Response = Response<Body>;
+    type Error = Infallible;
+    type Future = Pin<Box<dyn Future<Output = Result<Response<Body>, Infallible>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request<B>) -> Self::Future {
+        let started = Instant::now();
+        let logged = tracing::enabled!(tracing::Level::INFO)
+            .then(|| (request.method().clone(), request.uri().path().to_owned()));
+        let metrics = self.metrics.clone();
+        let answer = self.inner.call(request);
+        Box::pin(async move {
+            let response = answer.await?;
+            let elapsed = started.elapsed();
+            let outcome = response.extensions().get::<Outcome>();
+            let route = outcome.map_or("other", |o| o.operation.as_str());
+            let phase = outcome.and_then(|o| o.phase).map_or("NONE", |p| p.as_str());
+            let status = response.status();
+            metrics.request(route, status.as_str(), phase, elapsed.as_secs_f64());
+            if let Some((method, path)) = logged {
+                tracing::info!(
+                    method = %method,
+                    path = %path,
+                    route,
+                    status = status.as_u16(),
+                    cache = phase,
+                    reason = outcome.and_then(|o| o.reason).map_or("", |r| r.as_str()),
+                    request_id = outcome.map_or("", |o| &*o.request_id),
+                    duration_ms = elapsed.as_secs_f64() * 1000.0,
+                    "request"
+                );
+            }
+            Ok(response)
+        })
+    }
+}

@@ -1,0 +1,9 @@
+//! The operator's surface: the admin listener (`admin`), Prometheus metrics (`metrics`), the
+//! access log and the log setup (`access_log`, `logging`), and the health-check subcommand
+//! (`probe`).
+
+pub mod access_log;
+pub mod admin;
+pub mod logging;
+pub mod metrics;
+pub mod probe;

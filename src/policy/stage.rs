@@ -1,0 +1,214 @@
+//! The policy stage: one function from (the catalog's answer, the policy in force, the shape
+//! the route's answer has) to the bytes a client may be given. Every LoadTableResult-shaped
+//! answer passes here before any client sees it, cached or not: loadTable, createTable,
+//! registerTable, loadCredentials, and, under `strip` and `inject`, the JSON answers of routes
+//! icecache does not know. Under `strip` and `inject` no vended secret leaves icecache, whatever
+//! the catalog did with the missing delegation header; an answer that cannot be checked (not
+//! JSON where a LoadTableResult belongs) is refused rather than passed on.
+
+use bytes::Bytes;
+use thiserror::Error;
+
+use super::credentials::{self, spliced, Layout, Vended};
+use super::{Credentials, Policy};
+
+/// What a route's successful answer is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shape {
+    /// A LoadTableResult (`config`, `storage-credentials`, `metadata`).
+    Table,
+    /// A LoadCredentialsResponse (`storage-credentials` only).
+    Credentials,
+    /// A route icecache does not know: a JSON object may still carry credentials.
+    Unknown,
+}
+
+/// An answer as it may be given to clients (before injection, which happens as it is sent).
+#[derive(Debug, Clone)]
+pub struct Processed {
+    pub body: Bytes,
+    /// What the body still vends; None when it is not a readable LoadTableResult (then it is
+    /// never cached).
+    pub vended: Option<Vended>,
+    /// Whether the stripped `config` is empty (an injected fragment then needs no comma).
+    pub config_empty: bool,
+    /// Credential keys removed.
+    pub removed: usize,
+}
+
+#[derive(Debug, Error)]
+pub enum Refusal {
+    #[error(
+        "the catalog's answer is not a JSON object, so it cannot be checked for vended \
+         credentials and is not passed on"
+    )]
+    NotJson(#[source] serde_json::Error),
+    #[error("the answer could not be processed: icecache is shutting down")]
+    ShuttingDown,
+}
+
+/// Bodies larger than this are processed on a blocking thread, not on a proxy worker.
+pub const OFFLOAD_BYTES: usize = 256 << 10;
+
+/// Applies `policy` to a successful answer of `shape`.
+pub fn process(shape: Shape, body: Bytes, policy: &Policy) -> Result<Processed, Refusal> {
+    if policy.credentials == Credentials::Passthrough {
+        let vended = match shape {
+            Shape::Table => credentials::inspect(&body).ok(),
+            Shape::Credentials | Shape::Unknown => None,
+        };
+        return Ok(Processed {
+            body,
+            vended,
+            config_empty: false,
+            removed: 0,
+        });
+    }
+    let layout = match shape {
+        Shape::Table => Layout::ConfigFirst,
+        Shape::Credentials | Shape::Unknown => Layout::AsIs,
+    };
+    match credentials::strip(&body, &policy.strip, layout) {
+        Ok(stripped) => Ok(Processed {
+            // Exactly as long as it is: a cached body holds nothing beyond its bytes.
+            body: Bytes::from(stripped.body.to_vec().into_boxed_slice()),
+            vended: (shape == Shape::Table).then_some(stripped.vended),
+            config_empty: stripped.config_empty,
+            removed: stripped.removed,
+        }),
+        // Not an object: no client reads it as a LoadTableResult either.
+        Err(_) if shape == Shape::Unknown => Ok(Processed {
+            body,
+            vended: None,
+            config_empty: false,
+            removed: 0,
+        }),
+        Err(e) => Err(Refusal::NotJson(e)),
+    }
+}
+
+/// `process`, on a blocking thread when the body is large.
+pub async fn process_off_thread(
+    shape: Shape,
+    body: Bytes,
+    policy: std::sync::Arc<Policy>,
+) -> Result<Processed, Refusal> {
+    if body.len() < OFFLOAD_BYTES {
+        return process(shape, body, &policy);
+    }
+    tokio::task::spawn_blocking(move || process(shape, body, &policy))
+        .await
+        .unwrap_or(Err(Refusal::ShuttingDown))
+}
+
+/// The pieces of a served body: the processed bytes with the policy's injected properties
+/// spliced into `config` (Table answers under `inject`), or the bytes alone.
+pub fn served(
+    processed_body: &Bytes,
+    config_empty: bool,
+    shape: Shape,
+    policy: &Policy,
+) -> Vec<Bytes> {
+    match (&policy.injection, policy.credentials, shape) {
+        (Some(injection), Credentials::Inject, Shape::Table) => {
+            spliced(processed_body, &injection.fragment, config_empty).to_vec()
+        }
+        _ => vec![processed_body.clone()],
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::policy::{build, Identity, InjectSource, KeyPatterns, PolicySettings};
+
+    fn policy(credentials: Credentials) -> Policy {
+        let inject: BTreeMap<String, InjectSource> = [(
+            "client.region".to_owned(),
+            InjectSource {
+                value: Some("eu".into()),
+                env: None,
+                file: None,
+            },
+        )]
+        .into();
+        build(
+            &PolicySettings {
+                identity: Some(Identity::PerPrincipal),
+                credentials: Some(credentials),
+                inject: Some(inject),
+            },
+            &PolicySettings::default(),
+            &Arc::new(KeyPatterns::default()),
+            "test",
+        )
+        .unwrap()
+    }
+
+    const VENDING: &[u8] = br#"{"metadata":{},"config":{"s3.secret-access-key":"S","s3.endpoint":"e"},"storage-credentials":null}"#;
+
+    #[test]
+    fn strip_removes_secrets_from_every_shape_the_answer_comes_in() {
+        for shape in [Shape::Table, Shape::Credentials, Shape::Unknown] {
+            let out = process(
+                shape,
+                Bytes::from_static(VENDING),
+                &policy(Credentials::Strip),
+            )
+            .unwrap();
+            let text = std::str::from_utf8(&out.body).unwrap();
+            assert!(!text.contains("\"S\""), "{shape:?}: {text}");
+            assert!(text.contains("s3.endpoint"), "{shape:?}: {text}");
+        }
+    }
+
+    #[test]
+    fn a_table_answer_that_is_not_json_is_refused_under_strip() {
+        for shape in [Shape::Table, Shape::Credentials] {
+            assert!(process(
+                shape,
+                Bytes::from_static(b"<html>"),
+                &policy(Credentials::Inject)
+            )
+            .is_err());
+        }
+        let other = process(
+            Shape::Unknown,
+            Bytes::from_static(b"<html>"),
+            &policy(Credentials::Strip),
+        )
+        .unwrap();
+        assert_eq!(&other.body[..], b"<html>");
+    }
+
+    #[test]
+    fn passthrough_passes_the_body_and_reads_what_it_vends() {
+        let out = process(
+            Shape::Table,
+            Bytes::from_static(VENDING),
+            &policy(Credentials::Passthrough),
+        )
+        .unwrap();
+        assert_eq!(&out.body[..], VENDING);
+        assert!(out.vended.unwrap().has_secrets);
+    }
+
+    #[test]
+    fn injected_properties_are_spliced_only_into_table_answers() {
+        let p = policy(Credentials::Inject);
+        let out = process(Shape::Table, Bytes::from_static(VENDING), &p).unwrap();
+        let served: Vec<u8> = served(&out.body, out.config_empty, Shape::Table, &p).concat();
+        let value: serde_json::Value = serde_json::from_slice(&served).unwrap();
+        assert_eq!(value["config"]["client.region"], "eu");
+        let credentials = served_text(Shape::Credentials, &p);
+        assert!(!credentials.contains("client.region"));
+    }
+
+    fn served_text(shape: Shape, p: &Policy) -> String {
+        let out = process(shape, Bytes::from_static(VENDING), p).unwrap();
+        String::from_utf8(served(&out.body, out.config_empty, shape, p).concat()).unwrap()
+    }
+}

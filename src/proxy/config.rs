@@ -1,0 +1,71 @@
+//! `GET /v1/config`: asked for uncompressed, read, its `uri` pointed back at icecache, its
+//! separator learned, and (under `strip` and `inject`) its secrets removed.
+
+use http::header::{self, HeaderValue};
+use http::{Request, Response, StatusCode};
+use hyper::body::Incoming;
+
+use super::{origin_request, Exchange};
+use crate::catalog::config_rewrite;
+use crate::error::ProxyError;
+use crate::origin::OriginError;
+use crate::policy::Credentials;
+use crate::wire::body::{full, read_to_bytes, stream, Body};
+use crate::wire::headers::remove_hop_by_hop;
+
+/// Largest `/v1/config` answer icecache reads to rewrite; a larger one is a broken catalog.
+const MAX_CONFIG_BODY: usize = 1 << 20;
+
+pub async fn serve(
+    exchange: Exchange<'_>,
+    request: Request<Incoming>,
+) -> Result<Response<Body>, ProxyError> {
+    let public_url = public_url(&exchange, &request);
+    let (parts, body) = request.into_parts();
+    let mut sent = origin_request(&exchange, &parts, None)?;
+    // The answer is read and maybe rewritten: ask for it uncompressed.
+    sent.headers.remove(header::ACCEPT_ENCODING);
+    let idle = exchange.settings.request_timeout;
+    let response = exchange.state.origin.send(sent, stream(body, idle)).await?;
+    let (mut parts, body) = response.into_parts();
+    remove_hop_by_hop(&mut parts.headers);
+    if parts.status != StatusCode::OK {
+        return Ok(Response::from_parts(parts, stream(body, idle)));
+    }
+    let body = read_to_bytes(body, MAX_CONFIG_BODY, idle)
+        .await
+        .map_err(OriginError::from)?;
+    let secrets = (exchange.policy.credentials != Credentials::Passthrough)
+        .then(|| exchange.policy.strip.as_ref());
+    let Some(answer) = config_rewrite::read(&body, &public_url, secrets) else {
+        return Ok(Response::from_parts(parts, full(body)));
+    };
+    if let Some(separator) = &answer.separator {
+        exchange.state.separator.learn(separator);
+    }
+    let Some(body) = answer.rewritten else {
+        return Ok(Response::from_parts(parts, full(body)));
+    };
+    parts.headers.remove(header::ETAG);
+    parts
+        .headers
+        .insert(header::CONTENT_LENGTH, HeaderValue::from(body.len()));
+    Ok(Response::from_parts(parts, full(body)))
+}
+
+/// The URL clients reach icecache at: `public_url` when configured, else what the request says
+/// (`X-Forwarded-Proto`/`X-Forwarded-Host` from a proxy in front, then `Host`).
+fn public_url(exchange: &Exchange<'_>, request: &Request<Incoming>) -> String {
+    if let Some(url) = &exchange.settings.public_url {
+        return url.clone();
+    }
+    let headers = request.headers();
+    let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    let proto = text("x-forwarded-proto").unwrap_or(exchange.settings.scheme());
+    let host = text("x-forwarded-host")
+        .or_else(|| text("host"))
+        .map(str::to_owned)
+        .or_else(|| request.uri().authority().map(|a| a.to_string()))
+        .unwrap_or_else(|| exchange.settings.listen.to_string());
+    format!("{proto}://{host}")
+}

@@ -1,0 +1,124 @@
+//! loadTable: the request to the catalog is built first, the key is derived from it, and the
+//! cache answers; a request without a key (a query icecache cannot read for sure) is asked
+//! alone, through the policy stage under `strip` and `inject`, streamed under `passthrough`.
+
+use http::header::{self, HeaderValue};
+use http::Request;
+use hyper::body::Incoming;
+
+use super::{answer_shape, origin_request, relay, Answer, Exchange};
+use crate::cache::{self, Ask, CacheKey, CachePhase, Caller, Failure, Lookup, NoCacheReason};
+use crate::catalog::route::Operation;
+use crate::error::ProxyError;
+use crate::origin::OriginRequest;
+use crate::policy::identity::Scope;
+use crate::policy::Credentials;
+use crate::wire::body::empty;
+use crate::wire::encoding::accepts_gzip;
+
+pub async fn serve(
+    exchange: Exchange<'_>,
+    request: Request<Incoming>,
+) -> Result<Answer, ProxyError> {
+    let (parts, _body) = request.into_parts();
+    let shape = answer_shape(Operation::LoadTable);
+    let sent = origin_request(&exchange, &parts, shape)?;
+    let Some(cache) = exchange.state.cache.clone() else {
+        return stream(&exchange, sent, None).await;
+    };
+    // Who is asking, as the catalog will see it: after hop-by-hop headers are gone.
+    let scope = exchange.state.identity.scope(&sent.headers);
+    let policy = exchange.policy.clone();
+    let key_scope = if policy.identity.shares_entries() {
+        Scope::SHARED
+    } else {
+        scope
+    };
+    let caller = Caller {
+        scope,
+        policy: policy.clone(),
+        if_none_match: sent
+            .headers
+            .get_all(header::IF_NONE_MATCH)
+            .iter()
+            .cloned()
+            .collect::<Vec<HeaderValue>>(),
+        accepts_gzip: accepts_gzip(&sent.headers),
+    };
+    let separator = exchange.state.separator.get();
+    let key = CacheKey::for_load_table(
+        &exchange.route,
+        parts.uri.query(),
+        &sent.headers,
+        &separator,
+        key_scope,
+    );
+    let lookup = match key {
+        Ok(key) => {
+            let ask = Ask {
+                key,
+                request: sent.clone().for_fill(),
+                caller,
+                settings: exchange.settings.clone(),
+            };
+            cache.load(ask).await
+        }
+        Err(reason) if policy.credentials == Credentials::Passthrough => {
+            return stream(&exchange, sent, Some(reason)).await;
+        }
+        Err(reason) => {
+            cache
+                .bypass(
+                    sent.clone().for_fill(),
+                    caller,
+                    exchange.settings.clone(),
+                    reason,
+                )
+                .await
+        }
+    };
+    match lookup.map_err(ProxyError::from)? {
+        Lookup::Served {
+            response,
+            phase,
+            reason,
+        } => Ok(Answer {
+            response,
+            phase: Some(phase),
+            reason,
+        }),
+        Lookup::Stream(reason) => stream(&exchange, sent, Some(reason)).await,
+    }
+}
+
+/// Streams a loadTable from the catalog as it comes (passthrough only: nothing to check),
+/// without conditionals (the client holds icecache's ETags, never the catalog's).
+async fn stream(
+    exchange: &Exchange<'_>,
+    sent: OriginRequest,
+    reason: Option<NoCacheReason>,
+) -> Result<Answer, ProxyError> {
+    let response = exchange
+        .state
+        .origin
+        .send(sent.unconditional(), empty())
+        .await
+        .map_err(|e| {
+            ProxyError::from(Failure {
+                phase: CachePhase::Bypass,
+                error: cache::CacheError::Origin(e),
+            })
+        })?;
+    let shape = answer_shape(Operation::LoadTable);
+    let response = relay::relay(exchange, response, shape).await?;
+    let phase = exchange.state.cache.as_ref().map(|_| CachePhase::Bypass);
+    let response = match phase {
+        Some(phase) => cache::mark(response, phase, &exchange.state.case),
+        None => response,
+    };
+    Ok(Answer {
+        response,
+        phase,
+        reason,
+    })
+}

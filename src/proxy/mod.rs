@@ -1,0 +1,217 @@
+//! The Iceberg REST listener's request handler, read top to bottom: name the operation
+//! (catalog::route), then serve loadTable from the cache (`load_table`), pass writes through and
+//! invalidate what they may have changed (`write`), rewrite `/v1/config` (`config`), and relay
+//! everything else (`relay`), with the policy stage on every answer that may carry credentials.
+//! Failures travel back as values and are written once (`error::respond`).
+
+mod config;
+mod load_table;
+mod relay;
+mod write;
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use http::header::HeaderValue;
+use http::{HeaderName, Method, Request, Response};
+use hyper::body::Incoming;
+
+use crate::cache::{CachePhase, NoCacheReason};
+use crate::catalog::route::{classify, Operation, Route};
+use crate::catalog::writes;
+use crate::config::Settings;
+use crate::error::{self, ProxyError};
+use crate::origin::{ClientRequest, OriginRequest};
+use crate::policy::stage::Shape;
+use crate::policy::Policy;
+use crate::state::State;
+use crate::wire::body::Body;
+
+pub static X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+
+/// What the access log and the metrics record of an answer; set on every response.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    pub operation: Operation,
+    pub phase: Option<CachePhase>,
+    pub reason: Option<NoCacheReason>,
+    pub request_id: Arc<str>,
+}
+
+/// One request, as every part of the handler sees it.
+pub struct Exchange<'a> {
+    pub state: &'a State,
+    pub settings: Arc<Settings>,
+    pub route: Route,
+    pub policy: Arc<Policy>,
+    pub peer: SocketAddr,
+    pub request_id: &'a Arc<str>,
+}
+
+/// What a part of the handler answers with.
+pub struct Answer {
+    pub response: Response<Body>,
+    pub phase: Option<CachePhase>,
+    pub reason: Option<NoCacheReason>,
+}
+
+impl Answer {
+    fn plain(response: Response<Body>) -> Answer {
+        Answer {
+            response,
+            phase: None,
+            reason: None,
+        }
+    }
+}
+
+/// Handles one client request; every failure becomes an Iceberg error response.
+pub async fn handle(state: &State, request: Request<Incoming>, peer: SocketAddr) -> Response<Body> {
+    let settings = state.settings();
+    let request_id = request_id(&request);
+    let method = request.method().clone();
+    let classified = classify(&method, request.uri().path(), &state.separator.get());
+    let operation = classified
+        .as_ref()
+        .map_or(Operation::Other, |r| r.operation);
+    let result = match classified {
+        Err(e) => Err(ProxyError::from(e)),
+        Ok(route) => {
+            let policy = settings
+                .policies
+                .for_prefix(route.prefix.as_deref())
+                .clone();
+            let exchange = Exchange {
+                state,
+                settings: settings.clone(),
+                route,
+                policy,
+                peer,
+                request_id: &request_id,
+            };
+            dispatch(exchange, request).await
+        }
+    };
+    let (mut response, phase, reason) = match result {
+        Ok(answer) => (answer.response, answer.phase, answer.reason),
+        Err(e) => {
+            let context = error::Context {
+                request_id: &request_id,
+                peer,
+                method: &method,
+                operation,
+            };
+            let mut response = error::respond(&e, &context);
+            // Every loadTable answer says how it was produced, icecache's own errors too.
+            let phase = e
+                .phase()
+                .or((operation == Operation::LoadTable).then_some(CachePhase::Bypass));
+            if let Some(phase) = phase {
+                response = crate::cache::mark(response, phase, &state.case);
+            }
+            (response, phase, None)
+        }
+    };
+    response.extensions_mut().insert(Outcome {
+        operation,
+        phase,
+        reason,
+        request_id,
+    });
+    response
+}
+
+async fn dispatch(
+    exchange: Exchange<'_>,
+    request: Request<Incoming>,
+) -> Result<Answer, ProxyError> {
+    let operation = exchange.route.operation;
+    if operation == Operation::Config {
+        return config::serve(exchange, request).await.map(Answer::plain);
+    }
+    if operation == Operation::LoadTable && request.method() == Method::GET {
+        return load_table::serve(exchange, request).await;
+    }
+    if writes::is_write(&exchange.route, request.method()) {
+        return write::serve(exchange, request).await.map(Answer::plain);
+    }
+    let (parts, body) = request.into_parts();
+    let shape = answer_shape(operation);
+    let origin = origin_request(&exchange, &parts, shape)?;
+    let idle = exchange.settings.request_timeout;
+    let response = exchange
+        .state
+        .origin
+        .send(origin, crate::wire::body::stream(body, idle))
+        .await?;
+    relay::relay(&exchange, response, shape)
+        .await
+        .map(Answer::plain)
+}
+
+/// The request to the catalog for a client's request, built once: the key (for loadTable) and
+/// what is sent are both derived from it.
+fn origin_request(
+    exchange: &Exchange<'_>,
+    parts: &http::request::Parts,
+    shape: Option<Shape>,
+) -> Result<OriginRequest, ProxyError> {
+    let client = ClientRequest {
+        parts,
+        peer: exchange.peer,
+        proto: exchange.settings.scheme(),
+        forwards_delegation: exchange.policy.credentials.forwards_delegation(),
+        operation: exchange.route.operation,
+    };
+    let mut request = OriginRequest::new(&client, &exchange.settings.upstream)?;
+    if let Ok(id) = HeaderValue::from_str(exchange.request_id) {
+        request.headers.insert(X_REQUEST_ID.clone(), id);
+    }
+    if relay::processes(shape, &exchange.policy) {
+        // An answer the policy stage must read comes in the identity encoding.
+        request.headers.remove(http::header::ACCEPT_ENCODING);
+    }
+    Ok(request)
+}
+
+/// What a route's successful answer is, for the policy stage: the answers that may carry
+/// vended credentials. None for answers that cannot (lists, namespaces, tokens, 204s).
+pub fn answer_shape(operation: Operation) -> Option<Shape> {
+    use Operation::*;
+    match operation {
+        LoadTable | CreateTable | RegisterTable | LoadView | CreateView | ReplaceView
+        | RegisterView => Some(Shape::Table),
+        LoadCredentials => Some(Shape::Credentials),
+        Other => Some(Shape::Unknown),
+        _ => None,
+    }
+}
+
+/// The client's `X-Request-Id` when it is a sensible token, else a new one.
+fn request_id(request: &Request<Incoming>) -> Arc<str> {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    static PROCESS: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    let given = request
+        .headers()
+        .get(&X_REQUEST_ID)
+        .and_then(|v| v.to_str().ok())
+        .filter(|v| {
+            !v.is_empty()
+                && v.len() <= 128
+                && v.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"-_.:".contains(&b))
+        });
+    match given {
+        Some(id) => Arc::from(id),
+        None => {
+            let process = *PROCESS.get_or_init(|| {
+                let mut bytes = [0u8; 4];
+                let _ = getrandom::getrandom(&mut bytes);
+                u32::from_le_bytes(bytes)
+            });
+            let n = NEXT.fetch_add(1, Ordering::Relaxed);
+            Arc::from(format!("{process:08x}-{n:x}"))
+        }
+    }
+}

@@ -1,0 +1,69 @@
+//! Relaying the catalog's answer to the client: streamed as it comes, unless it is an answer
+//! the policy stage must see (a successful answer that may carry credentials, under `strip` or
+//! `inject`), which is read whole, processed, and sent as processed.
+
+use http::header::{self, HeaderValue};
+use http::Response;
+use hyper::body::Incoming;
+
+use super::Exchange;
+use crate::cache::POLICY_READ_LIMIT;
+use crate::catalog::route::Operation;
+use crate::error::ProxyError;
+use crate::origin::OriginError;
+use crate::policy::stage::{self, Shape};
+use crate::policy::{Credentials, Policy};
+use crate::wire::body::{pieces, read_to_bytes, stream, Body};
+use crate::wire::headers::remove_hop_by_hop;
+
+/// Whether an answer of `shape` goes through the policy stage under `policy`.
+pub fn processes(shape: Option<Shape>, policy: &Policy) -> bool {
+    shape.is_some() && policy.credentials != Credentials::Passthrough
+}
+
+pub async fn relay(
+    exchange: &Exchange<'_>,
+    response: Response<Incoming>,
+    shape: Option<Shape>,
+) -> Result<Response<Body>, ProxyError> {
+    let (mut parts, body) = response.into_parts();
+    remove_hop_by_hop(&mut parts.headers);
+    let idle = exchange.settings.request_timeout;
+    if exchange.route.operation == Operation::LoadTable {
+        // Clients only ever see icecache's ETags on loadTable answers.
+        parts.headers.remove(header::ETAG);
+    }
+    let shape = shape.filter(|_| parts.status.is_success() && processes(shape, &exchange.policy));
+    let Some(shape) = shape else {
+        return Ok(Response::from_parts(parts, stream(body, idle)));
+    };
+    let bytes = read_to_bytes(body, POLICY_READ_LIMIT, idle)
+        .await
+        .map_err(|e| ProxyError::Origin(OriginError::from(e)))?;
+    if bytes.is_empty() {
+        return Ok(Response::from_parts(parts, pieces(vec![bytes])));
+    }
+    let processed = stage::process_off_thread(shape, bytes, exchange.policy.clone())
+        .await
+        .inspect_err(|_| exchange.state.metrics.credentials_refused.inc())?;
+    if processed.removed > 0 {
+        exchange.state.metrics.credentials_stripped.inc();
+    }
+    let served = stage::served(
+        &processed.body,
+        processed.config_empty,
+        shape,
+        &exchange.policy,
+    );
+    if served.len() > 1 {
+        exchange.state.metrics.credentials_injected.inc();
+    }
+    let length: usize = served.iter().map(bytes::Bytes::len).sum();
+    // The catalog's validators named the body it sent, not this one.
+    parts.headers.remove(header::ETAG);
+    parts.headers.remove(header::CONTENT_ENCODING);
+    parts
+        .headers
+        .insert(header::CONTENT_LENGTH, HeaderValue::from(length));
+    Ok(Response::from_parts(parts, pieces(served)))
+}

@@ -1,0 +1,58 @@
+//! Writes: passed to the catalog, and, when they may have happened (a 2xx, a 5xx, no answer at
+//! all), the tables they touch are invalidated before the answer reaches the client. A write
+//! the catalog refused (4xx) did not happen and invalidates nothing, so no client can empty
+//! the cache by sending writes it is not allowed to make.
+
+use http::Request;
+use hyper::body::Incoming;
+
+use super::{answer_shape, origin_request, relay, Exchange};
+use crate::catalog::writes::{names_in_body, touched, Touched};
+use crate::error::ProxyError;
+use crate::policy::stage::OFFLOAD_BYTES;
+use crate::wire::body::{full, read_to_bytes, stream, Body};
+
+/// Largest request body icecache reads to learn which tables a write names.
+const MAX_INSPECTED_BODY: usize = 64 << 20;
+
+pub async fn serve(
+    exchange: Exchange<'_>,
+    request: Request<Incoming>,
+) -> Result<http::Response<Body>, ProxyError> {
+    let (parts, body) = request.into_parts();
+    let operation = exchange.route.operation;
+    let idle = exchange.settings.request_timeout;
+    let (body, touched) = if names_in_body(operation) {
+        let bytes = read_to_bytes(body, MAX_INSPECTED_BODY, idle)
+            .await
+            .map_err(ProxyError::RequestBody)?;
+        let touched = read_touched(&exchange, bytes.clone()).await;
+        (full(bytes), touched)
+    } else {
+        (stream(body, idle), touched(&exchange.route, None))
+    };
+    let shape = answer_shape(operation);
+    let sent = origin_request(&exchange, &parts, shape)?;
+    let result = exchange.state.origin.send(sent, body).await;
+    let may_have_happened = match &result {
+        Ok(response) => !response.status().is_client_error(),
+        Err(_) => true,
+    };
+    if may_have_happened {
+        if let Some(cache) = &exchange.state.cache {
+            cache.invalidate(&touched, operation.as_str());
+        }
+    }
+    relay::relay(&exchange, result?, shape).await
+}
+
+/// What the body names, read off the async threads when it is large.
+async fn read_touched(exchange: &Exchange<'_>, bytes: bytes::Bytes) -> Touched {
+    if bytes.len() < OFFLOAD_BYTES {
+        return touched(&exchange.route, Some(&bytes));
+    }
+    let route = exchange.route.clone();
+    tokio::task::spawn_blocking(move || touched(&route, Some(&bytes)))
+        .await
+        .unwrap_or(Touched::Everything)
+}

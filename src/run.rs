@@ -1,0 +1,257 @@
+//! Running icecache: bind both listeners (a taken port fails before anything starts), build the
+//! shared state, start the proxy workers (thread per core, each with its own runtime and
+//! `SO_REUSEPORT` listener, so a connection's requests never hop threads) and, on the calling
+//! thread's runtime, the admin listener, the certificate watchers and the reload loop. The
+//! proxy and the operator's surface never share a thread.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use thiserror::Error;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tower::ServiceBuilder;
+use tower_http::sensitive_headers::SetSensitiveRequestHeadersLayer;
+
+use crate::cache::Cache;
+use crate::config::{self, RawSettings, Settings};
+use crate::listener::server::{self, Limits};
+use crate::listener::{header_case, tls};
+use crate::ops::access_log::AccessLogLayer;
+use crate::ops::admin;
+use crate::ops::logging::SetLogLevel;
+use crate::ops::metrics::Metrics;
+use crate::origin::Origin;
+use crate::policy::identity::IdentityHasher;
+use crate::proxy;
+use crate::state::State;
+
+#[derive(Debug, Error)]
+pub enum RunError {
+    #[error("cannot listen on {addr} ({what}): {source}")]
+    Bind {
+        what: &'static str,
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("cannot make the identity key: {0}")]
+    Random(getrandom::Error),
+    #[error(transparent)]
+    HeaderCase(#[from] header_case::HeaderCaseError),
+    #[error(transparent)]
+    Tls(#[from] tls::TlsError),
+    #[error("cannot start a worker thread: {0}")]
+    Thread(std::io::Error),
+    #[error("a proxy worker failed: {0}")]
+    Worker(#[from] std::io::Error),
+}
+
+/// How to re-read the configuration on SIGHUP: the command line's raw settings (flags and
+/// environment, which still win over the file) and the log filter to update.
+pub struct Reload {
+    pub cli: RawSettings,
+    pub set_log_level: SetLogLevel,
+}
+
+/// Runs until `shutdown` turns true, then drains in-flight requests.
+pub async fn run(
+    settings: Settings,
+    reload: Option<Reload>,
+    shutdown: watch::Receiver<bool>,
+) -> Result<(), RunError> {
+    // SO_REUSEPORT would also let a second icecache share the port unnoticed: a plain bind
+    // first fails if anything listens there already, and fixes the port when 0 was asked for.
+    let listen = std::net::TcpListener::bind(settings.listen)
+        .and_then(|probe| probe.local_addr())
+        .map_err(|e| bind_error("proxy", settings.listen, e))?;
+    let proxy_listeners = (0..settings.workers)
+        .map(|_| bind_reuseport(listen))
+        .collect::<Result<Vec<_>, _>>()?;
+    let admin_listener = TcpListener::bind(settings.admin_listen)
+        .await
+        .map_err(|e| bind_error("admin", settings.admin_listen, e))?;
+    let metrics = Arc::new(Metrics::new());
+    let (origin, client_cert) = Origin::new(
+        settings.upstream.clone(),
+        &settings.upstream_tls,
+        settings.connect_timeout,
+        settings.request_timeout,
+        metrics.clone(),
+    )?;
+    let origin = Arc::new(origin);
+    if let Some(cert) = client_cert {
+        tokio::spawn(tls::watch_certificate(
+            cert,
+            settings.upstream_tls.reload_every,
+            shutdown.clone(),
+        ));
+    }
+    let acceptor = match &settings.tls {
+        Some(listener_tls) => {
+            let (server_config, cert) = tls::server_config(listener_tls)?;
+            tokio::spawn(tls::watch_certificate(
+                cert,
+                listener_tls.reload_every,
+                shutdown.clone(),
+            ));
+            Some(tokio_rustls::TlsAcceptor::from(Arc::new(server_config)))
+        }
+        None => None,
+    };
+    let case = header_case::canonical_case_extensions().await?;
+    let limits = Limits {
+        max_header_bytes: settings.max_header_bytes,
+        header_read_timeout: settings.header_read_timeout,
+        idle_timeout: settings.idle_timeout,
+        max_connections: settings.max_connections,
+        shutdown_grace: settings.shutdown_grace,
+    };
+    let identity =
+        IdentityHasher::random(settings.identity_headers.clone()).map_err(RunError::Random)?;
+    let cache = settings
+        .cache
+        .enabled
+        .then(|| Cache::new(&settings, origin.clone(), metrics.clone(), case.clone()));
+    tracing::info!(
+        listen = %settings.listen,
+        admin = %settings.admin_listen,
+        workers = settings.workers,
+        upstream = %settings.upstream,
+        "icecache started"
+    );
+    let workers = settings.workers;
+    let state = Arc::new(State::new(settings, origin, cache, metrics, identity, case));
+    if let Some(reload) = reload {
+        tokio::spawn(reload_on_sighup(state.clone(), reload, shutdown.clone()));
+    }
+
+    // The connection limit is shared out among the workers' listeners.
+    let worker_limits = Limits {
+        max_connections: limits.max_connections.div_ceil(workers),
+        ..limits.clone()
+    };
+    let mut threads = Vec::new();
+    for (n, listener) in proxy_listeners.into_iter().enumerate() {
+        let (state, limits, shutdown) = (state.clone(), worker_limits.clone(), shutdown.clone());
+        let acceptor = acceptor.clone();
+        let thread = std::thread::Builder::new()
+            .name(format!("icecache-worker-{n}"))
+            .spawn(move || {
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()?;
+                runtime.block_on(serve_proxy(listener, acceptor, state, limits, shutdown))
+            })
+            .map_err(RunError::Thread)?;
+        threads.push(thread);
+    }
+    let admin_state = state.clone();
+    server::serve(admin_listener, None, limits, shutdown, move |_peer| {
+        let state = admin_state.clone();
+        tower::service_fn(move |request| {
+            let state = state.clone();
+            async move { Ok(admin::handle(state, request).await) }
+        })
+    })
+    .await;
+    let joined = tokio::task::spawn_blocking(move || {
+        threads
+            .into_iter()
+            .map(|thread| thread.join())
+            .collect::<Vec<_>>()
+    })
+    .await
+    .unwrap_or_default();
+    for result in joined {
+        match result {
+            Ok(result) => result?,
+            Err(_) => tracing::error!("a worker thread panicked"),
+        }
+    }
+    tracing::info!("icecache stopped");
+    Ok(())
+}
+
+async fn serve_proxy(
+    listener: std::net::TcpListener,
+    acceptor: Option<tokio_rustls::TlsAcceptor>,
+    state: Arc<State>,
+    limits: Limits,
+    shutdown: watch::Receiver<bool>,
+) -> Result<(), std::io::Error> {
+    let listener = TcpListener::from_std(listener)?;
+    let sensitive: Arc<[http::HeaderName]> = state.settings().identity_headers.clone().into();
+    server::serve(listener, acceptor, limits, shutdown, move |peer| {
+        let state = state.clone();
+        ServiceBuilder::new()
+            // Credentials are marked sensitive before anything could log them.
+            .layer(SetSensitiveRequestHeadersLayer::from_shared(
+                sensitive.clone(),
+            ))
+            .layer(AccessLogLayer::new(state.metrics.clone()))
+            .service(tower::service_fn(move |request| {
+                let state = state.clone();
+                async move { Ok(proxy::handle(&state, request, peer).await) }
+            }))
+    })
+    .await;
+    Ok(())
+}
+
+/// Re-reads the config file on every SIGHUP until shutdown. An invalid file is refused and the
+/// running configuration stays; settings that need a restart keep their running values.
+async fn reload_on_sighup(state: Arc<State>, reload: Reload, mut shutdown: watch::Receiver<bool>) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let Ok(mut hangups) = signal(SignalKind::hangup()) else {
+        tracing::warn!("cannot listen for SIGHUP; configuration reload is off");
+        return;
+    };
+    loop {
+        tokio::select! {
+            _ = hangups.recv() => reload_now(&state, &reload),
+            changed = shutdown.changed() => if changed.is_err() || *shutdown.borrow() { return },
+        }
+    }
+}
+
+fn reload_now(state: &State, reload: &Reload) {
+    let new = match config::load(&reload.cli) {
+        Ok(new) => new,
+        Err(e) => {
+            state.metrics.reload("rejected");
+            tracing::error!(error = %e, "configuration reload refused; the running configuration stays");
+            return;
+        }
+    };
+    if let Err(e) = (reload.set_log_level)(&new.log_level) {
+        tracing::warn!(error = %e, "log level not changed");
+    }
+    let kept = state.reload(new);
+    if !kept.is_empty() {
+        tracing::warn!(
+            keys = ?kept,
+            "configuration reloaded; these settings need a restart and keep their running values"
+        );
+    }
+    state.metrics.reload("applied");
+    tracing::info!("configuration reloaded");
+}
+
+fn bind_error(what: &'static str, addr: SocketAddr, source: std::io::Error) -> RunError {
+    RunError::Bind { what, addr, source }
+}
+
+/// A non-blocking listener that shares its address with the other workers' listeners.
+fn bind_reuseport(addr: SocketAddr) -> Result<std::net::TcpListener, RunError> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let bound = (|| {
+        let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+        socket.set_reuse_address(true)?;
+        socket.set_reuse_port(true)?;
+        socket.set_nonblocking(true)?;
+        socket.bind(&addr.into())?;
+        socket.listen(1024)?;
+        Ok(socket.into())
+    })();
+    bound.map_err(|e| bind_error("proxy", addr, e))
+}

@@ -1,0 +1,60 @@
+//! What every request reads: the settings in force (one snapshot per request, swapped whole on
+//! reload), the path to the catalog, the cache, the metrics, and what was learned while running
+//! (the catalog's namespace separator).
+
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+use http::Extensions;
+
+use crate::cache::Cache;
+use crate::catalog::config_rewrite::Separator;
+use crate::config::Settings;
+use crate::ops::metrics::Metrics;
+use crate::origin::Origin;
+use crate::policy::identity::IdentityHasher;
+
+pub struct State {
+    settings: ArcSwap<Settings>,
+    pub origin: Arc<Origin>,
+    pub cache: Option<Arc<Cache>>,
+    pub metrics: Arc<Metrics>,
+    pub separator: Separator,
+    pub identity: IdentityHasher,
+    /// Set on every response icecache builds, so HTTP/1.1 writes `ETag` in that case.
+    pub case: Extensions,
+}
+
+impl State {
+    pub fn new(
+        settings: Settings,
+        origin: Arc<Origin>,
+        cache: Option<Arc<Cache>>,
+        metrics: Arc<Metrics>,
+        identity: IdentityHasher,
+        case: Extensions,
+    ) -> State {
+        State {
+            separator: Separator::new(&settings.namespace_separator),
+            settings: ArcSwap::from_pointee(settings),
+            origin,
+            cache,
+            metrics,
+            identity,
+            case,
+        }
+    }
+
+    /// The settings in force; a request takes one snapshot and keeps it.
+    pub fn settings(&self) -> Arc<Settings> {
+        self.settings.load_full()
+    }
+
+    /// Puts `new` in force, keeping what only a restart can change; returns the keys whose
+    /// new values were not applied.
+    pub fn reload(&self, new: Settings) -> Vec<&'static str> {
+        let (applied, kept) = self.settings().reloaded(new);
+        self.settings.store(Arc::new(applied));
+        kept
+    }
+}

@@ -1,0 +1,7 @@
+//! What goes on the wire whatever the route: the body type, hop-by-hop and forwarding headers,
+//! entity tags and conditionals, content codings, and the Iceberg error body.
+
+pub mod body;
+pub mod encoding;
+pub mod etag;
+pub mod headers;
