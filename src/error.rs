@@ -85,25 +85,23 @@ pub struct Context<'a> {
 
 /// Logs the failure with its causes and writes the Iceberg error a client gets.
 pub fn respond(error: &ProxyError, context: &Context<'_>) -> Response<Body> {
-    let causes = chain(error);
+    macro_rules! log {
+        ($level:expr, $what:literal) => {
+            tracing::event!(
+                $level,
+                request_id = context.request_id,
+                peer = %context.peer,
+                method = %context.method,
+                route = context.operation.as_str(),
+                error = %chain(error),
+                $what
+            )
+        };
+    }
     if error.client_fault() {
-        tracing::debug!(
-            request_id = context.request_id,
-            peer = %context.peer,
-            method = %context.method,
-            route = context.operation.as_str(),
-            error = %causes,
-            "request refused"
-        );
+        log!(tracing::Level::DEBUG, "request refused");
     } else {
-        tracing::warn!(
-            request_id = context.request_id,
-            peer = %context.peer,
-            method = %context.method,
-            route = context.operation.as_str(),
-            error = %causes,
-            "request failed"
-        );
+        log!(tracing::Level::WARN, "request failed");
     }
     iceberg_error(error.status(), error.error_type(), &error.to_string())
 }

@@ -1,6 +1,7 @@
 //! The cache in front of rustberg 0.3.0, a real catalog that sends ETags and answers
-//! `If-None-Match` with 304. Building it takes 15-25 minutes (`scripts/build-rustberg.sh`), so
-//! the suite does not: these tests run when the binary is there and skip, saying so, when not.
+//! `If-None-Match` with 304. `scripts/test.sh` builds it once (`scripts/build-rustberg.sh`, a
+//! debug build of about 5 minutes, cached under ~/.cache/icecache) and requires these tests to
+//! run; a bare `cargo test` without it skips them, and says so.
 
 mod support;
 
@@ -49,9 +50,10 @@ fn binary() -> Option<PathBuf> {
 /// local warehouse; None (after saying why) when it is not built.
 async fn rustberg(test: &str) -> Option<Rustberg> {
     let Some(binary) = binary() else {
-        eprintln!(
-            "SKIPPED {test}: rustberg is not built here; run scripts/build-rustberg.sh \
-             (15-25 minutes) or set ICECACHE_RUSTBERG to its binary"
+        support::skipped(
+            test,
+            "rustberg is not built here; scripts/test.sh builds it with scripts/build-rustberg.sh \
+             (about 5 minutes), or set ICECACHE_RUSTBERG to its binary",
         );
         return None;
     };

@@ -272,7 +272,7 @@ impl Cache {
         }
         let stored = fill
             .key
-            .clone()
+            .as_ref()
             .is_some_and(|key| self.store.insert(key, entry.clone()));
         if !stored {
             self.metrics.bypass(NoCacheReason::Superseded.as_str());

@@ -50,6 +50,7 @@ use fill::{Fill, FillOutcome, Purpose};
 use store::Store;
 
 /// Who is asking, under which policy, and what they already hold.
+#[derive(Clone)]
 pub struct Caller {
     /// The caller's own identity scope (the key's scope may be shared).
     pub scope: Scope,
@@ -216,15 +217,7 @@ impl Cache {
     ) -> Result<(Arc<FillOutcome>, bool), Failure> {
         let generation = ask.caller.policy.generation;
         for _ in 0..FILL_ATTEMPTS {
-            let joined = self.inflight.join_or_lead(
-                &ask.key,
-                || FillMeta {
-                    ticket: self.store.ticket(&ask.key),
-                    policy_generation: generation,
-                },
-                |meta| meta.ticket.is_current() && meta.policy_generation == generation,
-            );
-            let (waiter, led) = match joined {
+            let (waiter, led) = match self.join(ask) {
                 Joined::Wait(waiter) => {
                     self.metrics.cache_coalesced_waiters.inc();
                     (waiter, false)
@@ -240,14 +233,7 @@ impl Cache {
                         }
                     }
                     let waiter = permit.waiter();
-                    let fill = self.fill_for(ask, stale.clone(), permit.meta().ticket.clone());
-                    let cache = self.clone();
-                    // Its own task: a client that goes away does not cancel the fill, and a
-                    // fill that panics drops its permit, which frees the key.
-                    tokio::spawn(async move {
-                        let outcome = cache.produce(fill).await;
-                        permit.complete(Arc::new(outcome));
-                    });
+                    self.start(ask, stale.clone(), permit);
                     (waiter, true)
                 }
             };
@@ -266,7 +252,7 @@ impl Cache {
         })
     }
 
-    fn fill_for(&self, ask: &Ask, stale: Option<Arc<Entry>>, ticket: FillTicket) -> Fill {
+    fn fill_for(ask: &Ask, stale: Option<Arc<Entry>>, ticket: FillTicket) -> Fill {
         Fill {
             purpose: Purpose::Fill,
             key: Some(ask.key.clone()),
@@ -281,24 +267,40 @@ impl Cache {
         }
     }
 
-    /// Starts a revalidation nobody waits for, unless one is in flight already.
-    fn revalidate_in_background(self: &Arc<Self>, ask: &Arc<Ask>, stale: Arc<Entry>) {
+    /// Joins the fill in flight for the key if it began after the table's last write or purge
+    /// and under the caller's policy; else leads a new one.
+    fn join(&self, ask: &Ask) -> Joined<CacheKey, FillMeta, FillOutcome> {
         let generation = ask.caller.policy.generation;
-        let joined = self.inflight.join_or_lead(
+        self.inflight.join_or_lead(
             &ask.key,
             || FillMeta {
                 ticket: self.store.ticket(&ask.key),
                 policy_generation: generation,
             },
             |meta| meta.ticket.is_current() && meta.policy_generation == generation,
-        );
-        if let Joined::Lead(permit) = joined {
-            let fill = self.fill_for(ask, Some(stale), permit.meta().ticket.clone());
-            let cache = self.clone();
-            tokio::spawn(async move {
-                let outcome = cache.produce(fill).await;
-                permit.complete(Arc::new(outcome));
-            });
+        )
+    }
+
+    /// Runs a fill in a task of its own: a client that goes away does not cancel it, and a fill
+    /// that panics drops its permit, which frees the key and tells its waiters.
+    fn start(
+        self: &Arc<Self>,
+        ask: &Ask,
+        stale: Option<Arc<Entry>>,
+        permit: coalesce::FillPermit<CacheKey, FillMeta, FillOutcome>,
+    ) {
+        let fill = Self::fill_for(ask, stale, permit.meta().ticket.clone());
+        let cache = self.clone();
+        tokio::spawn(async move {
+            let outcome = cache.produce(fill).await;
+            permit.complete(Arc::new(outcome));
+        });
+    }
+
+    /// Starts a revalidation nobody waits for, unless one is in flight already.
+    fn revalidate_in_background(self: &Arc<Self>, ask: &Arc<Ask>, stale: Arc<Entry>) {
+        if let Joined::Lead(permit) = self.join(ask) {
+            self.start(ask, Some(stale), permit);
         }
     }
 
@@ -323,7 +325,7 @@ impl Cache {
                 let reason = answer.reason;
                 self.bypass(
                     ask.request.clone(),
-                    self.caller_copy(caller),
+                    caller.clone(),
                     ask.settings.clone(),
                     reason,
                 )
@@ -384,15 +386,6 @@ impl Cache {
         }
     }
 
-    fn caller_copy(&self, caller: &Caller) -> Caller {
-        Caller {
-            scope: caller.scope,
-            policy: caller.policy.clone(),
-            if_none_match: caller.if_none_match.clone(),
-            accepts_gzip: caller.accepts_gzip,
-        }
-    }
-
     /// Serves an entry to a caller that may have it: under `revalidate`, a caller not yet
     /// confirmed for this entry is first checked upstream with its own credentials.
     async fn deliver(
@@ -407,7 +400,7 @@ impl Cache {
             return self
                 .bypass(
                     ask.request.clone(),
-                    self.caller_copy(caller),
+                    caller.clone(),
                     ask.settings.clone(),
                     NoCacheReason::Vary,
                 )

@@ -82,20 +82,20 @@ impl Store {
 
     /// Stores an entry unless its table was invalidated since its ticket was taken. Returns
     /// whether it was stored.
-    pub fn insert(&self, key: CacheKey, entry: Arc<Entry>) -> bool {
+    pub fn insert(&self, key: &CacheKey, entry: Arc<Entry>) -> bool {
         let ticket = &entry.ticket;
         // Registering the key first means an invalidation that starts from here on finds it;
         // one that already bumped the generation is caught by the checks around the insert.
         ticket.table.keys().insert(key.clone());
         if !ticket.is_current() {
-            ticket.table.keys().remove(&key);
+            ticket.table.keys().remove(key);
             return false;
         }
         let table = ticket.table.clone();
         let generation = ticket.generation;
         self.entries.insert(key.clone(), entry);
         if table.generation() != generation {
-            self.entries.invalidate(&key);
+            self.entries.invalidate(key);
             return false;
         }
         true

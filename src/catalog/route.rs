@@ -283,7 +283,7 @@ pub fn decode_component(raw: &str) -> Result<String, RouteError> {
                 let hex = bytes.get(i + 1..i + 3).and_then(|h| {
                     let hi = (h[0] as char).to_digit(16)?;
                     let lo = (h[1] as char).to_digit(16)?;
-                    Some((hi * 16 + lo) as u8)
+                    u8::try_from(hi * 16 + lo).ok()
                 });
                 let Some(byte) = hex else {
                     return Err(RouteError::BadPercentEncoding {

@@ -295,16 +295,18 @@ impl Settings {
     }
 }
 
+/// Raw settings naming nothing but an upstream: what `icecache --upstream URL` gives.
+#[cfg(test)]
+pub(crate) fn with_upstream() -> RawSettings {
+    RawSettings {
+        upstream: Some("http://127.0.0.1:8181".into()),
+        ..RawSettings::default()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn with_upstream() -> RawSettings {
-        RawSettings {
-            upstream: Some("http://127.0.0.1:8181".into()),
-            ..RawSettings::default()
-        }
-    }
 
     #[test]
     fn upstream_alone_gives_the_documented_defaults() {

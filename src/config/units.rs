@@ -70,8 +70,6 @@ pub fn show_duration(d: Duration) -> String {
         "0s".to_owned()
     } else if ms.is_multiple_of(3_600_000) {
         format!("{}h", ms / 3_600_000)
-    } else if ms.is_multiple_of(60_000) {
-        format!("{}m", ms / 60_000)
     } else if ms.is_multiple_of(1000) {
         format!("{}s", ms / 1000)
     } else {

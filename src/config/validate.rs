@@ -9,7 +9,16 @@ use http::uri::Scheme;
 use http::{HeaderName, Uri};
 
 use super::units::{parse_duration, SizeText};
-use super::*;
+use super::{
+    CacheSettings, ConfigError, RawCache, RawSettings, Secret, Settings, DEFAULT_ADMIN_LISTEN,
+    DEFAULT_AUTHZ_TTL, DEFAULT_CACHE_ENABLED, DEFAULT_CACHE_GZIP, DEFAULT_CACHE_MAX_BYTES,
+    DEFAULT_CACHE_MAX_ENTRY_BYTES, DEFAULT_CONNECT_TIMEOUT, DEFAULT_FRESH_FOR,
+    DEFAULT_HEADER_READ_TIMEOUT, DEFAULT_IDLE_TIMEOUT, DEFAULT_LISTEN, DEFAULT_LOG_FORMAT,
+    DEFAULT_LOG_LEVEL, DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_HEADER_BYTES,
+    DEFAULT_NAMESPACE_SEPARATOR, DEFAULT_REQUEST_TIMEOUT, DEFAULT_SHUTDOWN_GRACE,
+    DEFAULT_STALE_IF_ERROR, DEFAULT_STALE_WHILE_REVALIDATE, DEFAULT_TLS_RELOAD_INTERVAL,
+    MIN_MAX_HEADER_BYTES,
+};
 use crate::listener::tls::{self, ListenerTls, UpstreamTls};
 use crate::origin::UpstreamUrl;
 use crate::policy::identity::identity_headers;
@@ -456,13 +465,7 @@ fn parse_public_url(text: &str) -> Result<String, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn with_upstream() -> RawSettings {
-        RawSettings {
-            upstream: Some("http://127.0.0.1:8181".into()),
-            ..RawSettings::default()
-        }
-    }
+    use crate::config::with_upstream;
 
     #[test]
     fn every_invalid_setting_is_reported_in_one_run() {

@@ -302,7 +302,9 @@ impl Metrics {
                     }
                 }
                 if let Some(value) = labels.iter().find(|l| l.get_name() == label) {
-                    // Counters hold whole numbers.
+                    // Integer counters, exposed as f64 by the client library: whole and
+                    // non-negative, so the conversion is exact.
+                    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
                     let count = sample.get_counter().get_value().max(0.0) as u64;
                     *totals.entry(value.get_value().to_owned()).or_default() += count;
                 }

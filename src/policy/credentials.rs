@@ -77,7 +77,7 @@ impl Vended {
                     .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
                 let remaining = Duration::from_millis(expiry_ms.saturating_sub(now_ms));
                 let margin = (remaining / 2).min(MAX_MARGIN);
-                Some(remaining - margin)
+                Some(remaining.saturating_sub(margin))
             }
             None if self.has_secrets => Some(no_expiry_cap),
             None => None,

@@ -404,6 +404,26 @@ pub async fn pyiceberg_async(uri: &str, args: &[&str]) -> Value {
     .expect("pyiceberg thread")
 }
 
+/// Records that `test` could not run and why. Under `scripts/test.sh`, which installs
+/// everything the suite needs, that is a failure (`ICECACHE_TEST_REQUIRE_ALL`); otherwise the
+/// skip is written to `ICECACHE_TEST_SKIPS` so the run's closing line counts it.
+pub fn skipped(test: &str, why: &str) {
+    if std::env::var_os("ICECACHE_TEST_REQUIRE_ALL").is_some() {
+        panic!("{test} cannot run: {why}");
+    }
+    eprintln!("SKIPPED {test}: {why}");
+    if let Some(path) = std::env::var_os("ICECACHE_TEST_SKIPS") {
+        use std::io::Write;
+        if let Ok(mut file) = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+        {
+            let _ = writeln!(file, "{test}");
+        }
+    }
+}
+
 /// The value of one metric sample line (`name{labels} value`), or 0 when absent.
 pub fn metric(text: &str, series: &str) -> f64 {
     text.lines()
