@@ -30,6 +30,8 @@ pub enum ProxyError {
     Refused(#[from] Refusal),
     #[error(transparent)]
     Cache(#[from] Failure),
+    #[error("the exchange with the catalog ended abnormally")]
+    Internal,
 }
 
 impl ProxyError {
@@ -40,7 +42,7 @@ impl ProxyError {
             ProxyError::RequestBody(ReadError::Stalled(_)) => StatusCode::REQUEST_TIMEOUT,
             ProxyError::RequestBody(ReadError::Broken(_)) => StatusCode::BAD_REQUEST,
             ProxyError::Origin(e) => e.status(),
-            ProxyError::Refused(_) => StatusCode::BAD_GATEWAY,
+            ProxyError::Refused(_) | ProxyError::Internal => StatusCode::BAD_GATEWAY,
             ProxyError::Cache(failure) => match &failure.error {
                 CacheError::Origin(e) => e.status(),
                 CacheError::Refused(_) | CacheError::Abandoned => StatusCode::BAD_GATEWAY,

@@ -206,3 +206,36 @@ async fn an_if_none_match_under_a_rejected_policy_never_gets_a_304_nobody_asked_
     let conditional = load(&icecache, "", &[(IF_NONE_MATCH.as_str(), &tag)]).await;
     assert_eq!(conditional.status(), 304);
 }
+
+#[tokio::test]
+async fn a_load_table_path_that_does_not_decode_is_a_400_that_says_x_cache() {
+    let catalog = standin(Shape::default()).await;
+    let icecache = Icecache::start(&catalog.url, &[]).await;
+    for path in [
+        "/v1/namespaces/db/tables/e%ZZ",
+        "/v1/namespaces/db/tables/e%FF",
+    ] {
+        let response = reqwest::get(format!("{}{path}", icecache.url))
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 400, "{path}");
+        assert_eq!(response.headers()["x-cache"], "BYPASS", "{path}");
+    }
+}
+
+#[tokio::test]
+async fn a_table_exists_check_never_shows_the_catalogs_etag() {
+    let catalog = standin(Shape {
+        etag: true,
+        ..Shape::default()
+    })
+    .await;
+    let icecache = Icecache::start(&catalog.url, &[]).await;
+    let head = reqwest::Client::new()
+        .head(format!("{}{TABLE}", icecache.url))
+        .bearer_auth("alice")
+        .send()
+        .await
+        .unwrap();
+    assert!(head.headers().get(ETAG).is_none_or(|t| t != "\"v1\""));
+}

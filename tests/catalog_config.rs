@@ -43,7 +43,11 @@ async fn the_catalog_is_asked_for_an_uncompressed_config_it_can_be_rewritten_in(
         .await
         .unwrap();
     let seen = catalog.headers();
-    assert!(seen[0].get("accept-encoding").is_none());
+    assert_eq!(
+        seen[0].get("accept-encoding").map(|v| v.to_str().unwrap()),
+        Some("identity"),
+        "no Accept-Encoding would let the catalog pick any coding"
+    );
 }
 
 #[tokio::test]

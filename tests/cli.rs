@@ -289,3 +289,26 @@ fn json_logs_are_one_object_per_line_with_the_request_fields() {
         "no request line in {logs}"
     );
 }
+
+#[test]
+fn every_problem_of_a_config_file_is_reported_at_once_each_naming_its_key() {
+    let file = config_file(
+        "upstream = \"http://a:1\"\nlog_format = \"xml\"\ncache_max = 1\n\
+         credentials = \"inject\"\n[cache]\ngzipp = true\n",
+    );
+    let output = icecache(&["check-config", file.0.to_str().unwrap()]);
+    assert_eq!(output.status.code(), Some(64));
+    let err = stderr(&output);
+    for key in ["`log_format`", "`cache_max`", "`cache.gzipp`"] {
+        assert!(err.contains(key), "{key} missing from: {err}");
+    }
+    let file = config_file(
+        "upstream = \"http://a:1\"\ncredentials = \"inject\"\n[inject]\n\
+         \"s3.secret-access-key\" = { value = \"x\" }\n\"S3.Session-Token\" = { value = \"y\" }\n\
+         \"s3.access-key-id\" = { env = \"ICECACHE_TEST_NEVER_SET\" }\n",
+    );
+    let output = icecache(&["check-config", file.0.to_str().unwrap()]);
+    assert_eq!(output.status.code(), Some(64));
+    let err = stderr(&output);
+    assert_eq!(err.matches("config key `inject`").count(), 3, "{err}");
+}

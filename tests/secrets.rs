@@ -356,3 +356,181 @@ async fn icecaches_own_errors_and_logs_never_show_the_admin_token_or_injected_se
         assert!(!shown.contains("Bearer alice"), "{what}: {shown}");
     }
 }
+
+async fn assert_no_keys(response: reqwest::Response) -> String {
+    assert!(response.status().is_success(), "{}", response.status());
+    let text = response.text().await.unwrap();
+    assert_eq!(vended_keys(&text), Vec::<String>::new(), "served: {text}");
+    text
+}
+
+#[tokio::test]
+async fn a_load_table_answer_with_another_success_status_is_stripped_too() {
+    for status in [201, 203] {
+        let catalog = standin(Shape {
+            ok_status: Some(status),
+            ..Shape::default()
+        })
+        .await;
+        let icecache = Icecache::start(&catalog.url, &["--credentials", "strip"]).await;
+        assert_no_keys(load_as(&icecache, "alice").await).await;
+    }
+}
+
+#[tokio::test]
+async fn coalesced_callers_under_shared_strip_never_receive_keys_from_another_success_status() {
+    let catalog = standin(Shape {
+        ok_status: Some(201),
+        delay: Duration::from_millis(300),
+        ..Shape::default()
+    })
+    .await;
+    let icecache = Icecache::start(
+        &catalog.url,
+        &["--identity", "shared", "--credentials", "strip"],
+    )
+    .await;
+    let loads: Vec<_> = (0..10)
+        .map(|n| {
+            let request = reqwest::Client::new()
+                .get(format!("{}{TABLE}", icecache.url))
+                .bearer_auth(format!("caller{n}"));
+            tokio::spawn(async move { request.send().await.unwrap().text().await.unwrap() })
+        })
+        .collect();
+    for load in loads {
+        let text = load.await.unwrap();
+        assert_eq!(vended_keys(&text), Vec::<String>::new(), "{text}");
+    }
+}
+
+#[tokio::test]
+async fn credential_members_spelled_in_another_case_are_stripped_and_never_shared() {
+    // A Go client reads `Config` as `config`.
+    let catalog = standin(Shape {
+        case_members: true,
+        etag: true,
+        ..Shape::default()
+    })
+    .await;
+    let icecache = Icecache::start(
+        &catalog.url,
+        &[
+            "--identity",
+            "revalidate",
+            "--credentials",
+            "strip",
+            "--fresh-for",
+            "1h",
+        ],
+    )
+    .await;
+    for caller in ["alice", "bob", "carol"] {
+        let text = assert_no_keys(load_as(&icecache, caller).await).await;
+        assert!(!text.contains("\"Config\""), "{text}");
+    }
+}
+
+#[tokio::test]
+async fn the_default_strip_list_covers_connection_strings_and_client_keys() {
+    let catalog = standin(Shape {
+        extra_config: vec![
+            ("adls.connection-string.acct", "AK-conn"),
+            ("client.secret-access-key", "SK-client"),
+            ("client.session-token", "ST-client"),
+            ("gcs.oauth2.refresh-token", "SK-refresh"),
+        ],
+        ..Shape::default()
+    })
+    .await;
+    let icecache = Icecache::start(&catalog.url, &["--credentials", "strip"]).await;
+    assert_no_keys(load_as(&icecache, "alice").await).await;
+}
+
+#[tokio::test]
+async fn commit_and_scan_plan_answers_under_strip_carry_no_keys() {
+    let catalog = standin(Shape {
+        commit_vends: true,
+        ..Shape::default()
+    })
+    .await;
+    let icecache = Icecache::start(&catalog.url, &["--credentials", "strip"]).await;
+    let client = reqwest::Client::new();
+    for path in [TABLE.to_owned(), format!("{TABLE}/plan")] {
+        let response = client
+            .post(format!("{}{path}", icecache.url))
+            .bearer_auth("alice")
+            .json(&json!({ "requirements": [], "updates": [] }))
+            .send()
+            .await
+            .unwrap();
+        assert_no_keys(response).await;
+    }
+}
+
+#[tokio::test]
+async fn an_unknown_routes_answer_is_scrubbed_at_any_depth() {
+    let catalog = standin(Shape::default()).await;
+    let icecache = Icecache::start(&catalog.url, &["--credentials", "strip"]).await;
+    let response = reqwest::Client::new()
+        .get(format!("{}/v1/warehouse/something/else", icecache.url))
+        .bearer_auth("alice")
+        .send()
+        .await
+        .unwrap();
+    let text = assert_no_keys(response).await;
+    let body: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(
+        body["nested"]["x"]["keep"], "k",
+        "what is not a secret stays"
+    );
+}
+
+#[tokio::test]
+async fn a_catalog_that_gzips_anyway_is_decoded_and_stripped_on_every_route() {
+    let catalog = standin(Shape {
+        gzip: true,
+        ..Shape::default()
+    })
+    .await;
+    let icecache = Icecache::start(&catalog.url, &["--credentials", "strip"]).await;
+    let client = reqwest::Client::new();
+    for path in [TABLE, "/v1/warehouse/something/else", "/v1/config"] {
+        let response = client
+            .get(format!("{}{path}", icecache.url))
+            .bearer_auth("alice")
+            .send()
+            .await
+            .unwrap();
+        assert!(
+            response.headers().get("content-encoding").is_none(),
+            "{path}"
+        );
+        let text = assert_no_keys(response).await;
+        assert!(!text.contains("CFGSK"), "{path}: {text}");
+        let body: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{path}: {e}"));
+        if path == "/v1/config" {
+            assert_eq!(
+                body["overrides"]["uri"], icecache.url,
+                "clients stay on icecache"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_password_in_a_malformed_upstream_url_is_never_echoed() {
+    for upstream in [
+        "http:/svc:hunter2@127.0.0.1:1",
+        "http:svc:hunter2@127.0.0.1:1",
+        "svc:hunter2@127.0.0.1:1",
+    ] {
+        let output = std::process::Command::new(support::binary())
+            .args(["--upstream", upstream])
+            .output()
+            .unwrap();
+        assert_eq!(output.status.code(), Some(64), "{upstream}");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!stderr.contains("hunter2"), "{upstream}: {stderr}");
+    }
+}

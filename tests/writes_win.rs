@@ -293,3 +293,34 @@ async fn a_write_the_catalog_refuses_invalidates_nothing() {
     assert_eq!(metric(&metrics, "icecache_cache_entries"), 1.0);
     assert!(s.relay.count("GET", "/tables/t") == 1);
 }
+
+#[tokio::test]
+async fn a_commit_the_client_gives_up_on_still_invalidates() {
+    use support::standin::{version_of, Shape, StandIn};
+    // The stand-in applies the commit at once and answers it a second later.
+    let catalog = StandIn::start(Shape {
+        commit_delay: Duration::from_secs(1),
+        ..Shape::default()
+    })
+    .await;
+    catalog.create("t");
+    let icecache = Icecache::start(&catalog.url, &["--fresh-for", "1h"]).await;
+    let client = reqwest::Client::new();
+    let url = format!("{}/v1/namespaces/db/tables/t", icecache.url);
+    client.get(&url).send().await.unwrap();
+    assert_eq!(x_cache(&client.get(&url).send().await.unwrap()), "HIT");
+    let gave_up = client
+        .post(&url)
+        .json(&json!({ "requirements": [], "updates": [] }))
+        .timeout(Duration::from_millis(200))
+        .send()
+        .await;
+    assert!(gave_up.is_err(), "the client went away before the answer");
+    tokio::time::sleep(Duration::from_millis(1300)).await;
+    let after: Value = client.get(&url).send().await.unwrap().json().await.unwrap();
+    assert_eq!(
+        version_of(&after),
+        catalog.version("t"),
+        "the commit happened"
+    );
+}

@@ -1,10 +1,9 @@
 //! A cached answer. `Content` is what a fill produced (the policy-processed body, its gzip copy,
 //! the headers served with it, the ETags), built once; an `Entry` is that content as the store
 //! holds it, with the bookkeeping that decides whether it may still be served: when it was
-//! fetched or confirmed, the table generation and policy generation it was filled under, until
-//! when its credentials may be handed out, and who was confirmed for it.
+//! fetched or confirmed, the table generation and policy generation it was filled under, and
+//! until when its credentials may be handed out.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -15,11 +14,12 @@ use tokio::time::Instant;
 
 use super::key::CacheKey;
 use super::vary::Varies;
-use crate::policy::identity::Scope;
 
 /// What a fill produced, ready to serve.
 #[derive(Debug)]
 pub struct Content {
+    /// Names this version's content (its confirmations are keyed by it).
+    pub id: u64,
     /// The policy-processed body (without injected values, which are spliced in as it is sent).
     pub body: Bytes,
     pub config_empty: bool,
@@ -45,7 +45,14 @@ pub struct Gzipped {
     pub etag: HeaderValue,
 }
 
+static NEXT_CONTENT: AtomicU64 = AtomicU64::new(1);
+
 impl Content {
+    /// A fresh id for new content.
+    pub fn next_id() -> u64 {
+        NEXT_CONTENT.fetch_add(1, Ordering::Relaxed)
+    }
+
     /// Bytes held, for the memory bound: the buffers, and the allocations around them as
     /// measured (a header map costs about 100 bytes a field beyond its name and value).
     pub fn weight(&self) -> usize {
@@ -102,10 +109,6 @@ impl FillTicket {
     }
 }
 
-/// Most callers one entry remembers as confirmed under identity `revalidate`; past it the list
-/// starts again (a forgotten caller is only checked once more).
-const MAX_CONFIRMED: usize = 4096;
-
 /// What holding an entry costs beyond its content and key, measured on this build: moka's
 /// node and queues, the `Arc`s, the index set's slot, the allocator's rounding.
 const ENTRY_OVERHEAD: usize = 640;
@@ -122,9 +125,6 @@ pub struct Entry {
     /// The policy it was filled under; under any other it is never served.
     pub policy_generation: u64,
     pub ticket: FillTicket,
-    /// Under identity `revalidate`: the callers confirmed upstream for this version, and until
-    /// when. A new version is a new entry, with none.
-    confirmed: Mutex<HashMap<Scope, Instant>>,
 }
 
 impl Entry {
@@ -141,7 +141,6 @@ impl Entry {
             servable_until,
             policy_generation,
             ticket,
-            confirmed: Mutex::default(),
         }
     }
 
@@ -176,36 +175,6 @@ impl Entry {
 
     pub fn age(&self, now: Instant) -> Duration {
         now.saturating_duration_since(self.stored_at)
-    }
-
-    fn confirmed(&self) -> MutexGuard<'_, HashMap<Scope, Instant>> {
-        self.confirmed.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    pub fn confirm(&self, scope: Scope, until: Instant) {
-        let mut confirmed = self.confirmed();
-        let now = Instant::now();
-        confirmed.retain(|_, until| *until > now);
-        if confirmed.len() >= MAX_CONFIRMED {
-            confirmed.clear();
-        }
-        confirmed.insert(scope, until);
-    }
-
-    /// Takes over `old`'s confirmations (the catalog confirmed the same version again).
-    pub fn carry_confirmations(&self, old: &Entry) {
-        let carried = old.confirmed().clone();
-        self.confirmed().extend(carried);
-    }
-
-    pub fn revoke(&self, scope: &Scope) {
-        self.confirmed().remove(scope);
-    }
-
-    pub fn is_confirmed(&self, scope: &Scope) -> bool {
-        self.confirmed()
-            .get(scope)
-            .is_some_and(|until| Instant::now() < *until)
     }
 
     /// Bytes this entry holds under `key`, for the memory bound (the key is held twice: by the

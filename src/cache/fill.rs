@@ -19,6 +19,7 @@ use crate::origin::{OriginError, OriginRequest};
 use crate::policy::identity::Scope;
 use crate::policy::stage::{self, Processed, Refusal, Shape, OFFLOAD_BYTES};
 use crate::policy::{Credentials, Identity, Policy};
+use crate::wire::encoding::decode;
 use crate::wire::etag::strong_etag_of;
 
 /// The largest loadTable answer read whole to apply `strip` or `inject` (real metadata
@@ -111,11 +112,25 @@ impl Cache {
         } else {
             POLICY_READ_LIMIT
         };
-        let fetched = match self.origin.fetch(request, limit).await {
+        let mut fetched = match self.origin.fetch(request, limit).await {
             Ok(fetched) => fetched,
             Err(OriginError::TooLarge { .. }) if passthrough => return FillOutcome::TooLarge,
             Err(e) => return FillOutcome::Failed(e),
         };
+        if !passthrough {
+            // Asked for the identity encoding; an answer encoded anyway is decoded, not trusted.
+            match decode(
+                &mut fetched.headers,
+                fetched.body.clone(),
+                POLICY_READ_LIMIT,
+            ) {
+                Ok(body) => fetched.body = body,
+                Err(e) => {
+                    self.metrics.credentials_refused.inc();
+                    return FillOutcome::Refused(Arc::new(e.into()));
+                }
+            }
+        }
         if fetched.status == StatusCode::NOT_MODIFIED {
             return self.not_modified(&fill, requested_at);
         }
@@ -124,10 +139,25 @@ impl Cache {
         });
         if fetched.status != StatusCode::OK {
             self.forget_if_gone(&fill, fetched.status);
+            // Under strip and inject any answer may hold what the catalog vended: another 2xx
+            // is read as a LoadTableResult, any other JSON object is scrubbed.
+            let shape = if fetched.status.is_success() {
+                Shape::Table
+            } else {
+                Shape::Unknown
+            };
+            let body =
+                match stage::process_off_thread(shape, fetched.body, fill.policy.clone()).await {
+                    Ok(p) => stage::served(&p.body, p.config_empty, shape, &fill.policy),
+                    Err(refusal) => {
+                        self.metrics.credentials_refused.inc();
+                        return FillOutcome::Refused(Arc::new(refusal));
+                    }
+                };
             return FillOutcome::Answer(Arc::new(Answered {
                 status: fetched.status,
                 headers: without_validators(fetched.headers),
-                body: vec![fetched.body],
+                body,
                 etag: None,
                 reason: NoCacheReason::NotOk,
                 leader: fill.leader,
@@ -220,15 +250,25 @@ impl Cache {
         } else {
             None
         };
-        let content = Arc::new(Content {
-            body,
-            config_empty: processed.processed.config_empty,
-            gzip,
-            headers,
-            etag: processed.etag,
-            upstream_etag: processed.upstream_etag,
-            length: processed.pieces.iter().map(Bytes::len).sum(),
-            vary,
+        // A version the catalog sent again unchanged keeps its content, and with it the
+        // callers confirmed for it.
+        let unchanged = fill
+            .stale
+            .as_ref()
+            .filter(|old| old.content.etag == processed.etag)
+            .map(|old| old.content.clone());
+        let content = unchanged.unwrap_or_else(|| {
+            Arc::new(Content {
+                id: Content::next_id(),
+                body,
+                config_empty: processed.processed.config_empty,
+                gzip,
+                headers,
+                etag: processed.etag,
+                upstream_etag: processed.upstream_etag,
+                length: processed.pieces.iter().map(Bytes::len).sum(),
+                vary,
+            })
         });
         let entry = Arc::new(Entry::new(
             content,
@@ -261,15 +301,9 @@ impl Cache {
         }
     }
 
-    /// Stores an entry (unless a write overtook the fill) and confirms the caller whose
-    /// credentials fetched it. A version the catalog confirmed unchanged keeps the callers
-    /// confirmed for it.
+    /// Stores an entry (unless a write overtook the fill) and, under `revalidate`, confirms the
+    /// caller whose credentials fetched it.
     fn keep(&self, fill: &Fill, entry: Arc<Entry>) -> FillOutcome {
-        if let Some(old) = &fill.stale {
-            if old.content.etag == entry.content.etag {
-                entry.carry_confirmations(old);
-            }
-        }
         let stored = fill
             .key
             .as_ref()
@@ -278,7 +312,11 @@ impl Cache {
             self.metrics.bypass(NoCacheReason::Superseded.as_str());
         }
         if fill.policy.identity == Identity::Revalidate {
-            entry.confirm(fill.leader, Instant::now() + fill.settings.authz_ttl);
+            self.confirmations.confirm(
+                entry.content.id,
+                fill.leader,
+                Instant::now() + fill.settings.authz_ttl,
+            );
         }
         FillOutcome::Entry(entry)
     }
@@ -300,7 +338,7 @@ impl Cache {
             return;
         }
         match fill.policy.identity {
-            Identity::Revalidate => stale.revoke(&fill.leader),
+            Identity::Revalidate => self.confirmations.revoke(stale.content.id, fill.leader),
             Identity::Shared if !matches!(status, StatusCode::NOT_FOUND | StatusCode::GONE) => {}
             Identity::PerPrincipal | Identity::Shared => {
                 self.metrics.revalidation("gone");
@@ -422,7 +460,6 @@ fn served_headers(catalog: HeaderMap) -> HeaderMap {
                 | header::AGE
                 | header::SET_COOKIE
                 | header::CONTENT_LENGTH
-                | header::CONTENT_ENCODING
                 | header::EXPIRES
         ) || name.as_str() == "x-request-id"
         {

@@ -15,6 +15,7 @@
 
 mod authz;
 mod coalesce;
+mod confirmations;
 mod entry;
 mod fill;
 mod key;
@@ -45,6 +46,7 @@ use crate::policy::stage::Refusal;
 use crate::policy::{Identity, Policy};
 use crate::wire::body::Body;
 use coalesce::{Inflight, Joined};
+use confirmations::Confirmations;
 use entry::{Entry, FillTicket};
 use fill::{Fill, FillOutcome, Purpose};
 use store::Store;
@@ -108,6 +110,9 @@ struct FillMeta {
 
 pub struct Cache {
     store: Store,
+    confirmations: Confirmations,
+    /// `cache.max_bytes`: the entries' and the confirmations' budgets together.
+    max_bytes: u64,
     inflight: Arc<Inflight<CacheKey, FillMeta, FillOutcome>>,
     origin: Arc<Origin>,
     metrics: Arc<Metrics>,
@@ -134,8 +139,16 @@ impl Cache {
         // Reloads may lengthen the stale windows: keep entries at least ten minutes.
         let retain_for = (cache.fresh_for + cache.stale_while_revalidate.max(cache.stale_if_error))
             .max(Duration::from_secs(600));
+        // Confirmations under `revalidate` get a thirty-second of the bound, the entries the rest.
+        let confirmations_bytes = cache.max_bytes / 32;
         Arc::new(Cache {
-            store: Store::new(cache.max_bytes, retain_for, metrics.clone()),
+            store: Store::new(
+                cache.max_bytes - confirmations_bytes,
+                retain_for,
+                metrics.clone(),
+            ),
+            confirmations: Confirmations::new(confirmations_bytes, retain_for),
+            max_bytes: cache.max_bytes,
             inflight: Arc::default(),
             origin,
             metrics,
@@ -406,7 +419,11 @@ impl Cache {
                 )
                 .await;
         }
-        if caller.policy.identity == Identity::Revalidate && !entry.is_confirmed(&caller.scope) {
+        if caller.policy.identity == Identity::Revalidate
+            && !self
+                .confirmations
+                .is_confirmed(entry.content.id, caller.scope)
+        {
             return self.authorize(ask, entry).await;
         }
         Ok(Lookup::Served {
@@ -443,9 +460,10 @@ impl Cache {
         self.invalidate(&touched, "purge")
     }
 
-    /// Entry count and weighted bytes, also written to the gauges.
+    /// Entry count and weighted bytes (confirmations included), also written to the gauges.
     pub fn usage(&self) -> (u64, u64) {
-        let (entries, bytes) = self.store.usage();
+        let (entries, entry_bytes) = self.store.usage();
+        let bytes = entry_bytes + self.confirmations.usage().1;
         self.metrics
             .cache_entries
             .set(i64::try_from(entries).unwrap_or(i64::MAX));
@@ -456,7 +474,12 @@ impl Cache {
     }
 
     pub fn max_bytes(&self) -> u64 {
-        self.store.max_bytes()
+        self.max_bytes
+    }
+
+    /// Confirmations held under `revalidate`.
+    pub fn confirmed_callers(&self) -> u64 {
+        self.confirmations.usage().0
     }
 
     /// Fills in flight and tables indexed: both shrink back to nothing when idle.

@@ -26,7 +26,6 @@ type Tables = DashMap<LooseName, Arc<TableState>>;
 pub struct Store {
     entries: moka::sync::Cache<CacheKey, Arc<Entry>>,
     tables: Arc<Tables>,
-    max_bytes: u64,
 }
 
 impl Store {
@@ -51,15 +50,7 @@ impl Store {
                 }
             })
             .build();
-        Store {
-            entries,
-            tables,
-            max_bytes,
-        }
-    }
-
-    pub fn max_bytes(&self) -> u64 {
-        self.max_bytes
+        Store { entries, tables }
     }
 
     /// The entry for `key` if it may be served under `policy_generation`: not invalidated,

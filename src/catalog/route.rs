@@ -119,6 +119,12 @@ impl Route {
     }
 }
 
+/// The operation a path names, even when its identifiers do not decode (for labelling the
+/// error a client gets): every `%` is taken literally.
+pub fn operation_of(method: &Method, path: &str) -> Operation {
+    classify(method, &path.replace('%', "%25"), "%1F").map_or(Operation::Other, |r| r.operation)
+}
+
 /// Classifies `path` (still percent-encoded, without the query) for `method`.
 ///
 /// `separator` is the namespace separator the catalog advertises, in its URL-encoded form;

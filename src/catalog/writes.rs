@@ -5,15 +5,12 @@
 //! two readers could take differently (the same member twice, or in two spellings) counts as
 //! unreadable, and an unreadable write may have changed anything.
 
-use std::fmt;
-
 use http::Method;
-use serde::de::{Deserializer, MapAccess, Visitor};
-use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use super::names::{loose_namespace, LooseName};
 use super::route::{Operation, Route};
+use crate::wire::json::Members;
 
 /// What a write may have changed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -106,57 +103,23 @@ pub fn touched(route: &Route, body: Option<&[u8]>) -> Touched {
 #[derive(Debug)]
 struct Unreadable;
 
-/// The members of a JSON object, in order, duplicates kept.
-struct Members(Vec<(String, Box<RawValue>)>);
-
-impl<'de> Deserialize<'de> for Members {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct Collect;
-        impl<'de> Visitor<'de> for Collect {
-            type Value = Members;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a JSON object")
-            }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Members, A::Error> {
-                let mut members = Vec::new();
-                while let Some(member) = map.next_entry::<String, Box<RawValue>>()? {
-                    members.push(member);
-                }
-                Ok(Members(members))
-            }
-        }
-        deserializer.deserialize_map(Collect)
+/// The one member any reader would take for `name`; None when there is none, unreadable when
+/// two members could be it.
+fn one<'a>(members: &'a Members, name: &str) -> Result<Option<&'a RawValue>, Unreadable> {
+    let mut found = members.named(name);
+    match (found.next(), found.next()) {
+        (None, _) => Ok(None),
+        (Some(value), None) => Ok(Some(value)),
+        (Some(_), Some(_)) => Err(Unreadable),
     }
 }
 
-/// `name` folded the way the loosest reader (Go's `encoding/json`) compares member names.
-fn fold(name: &str) -> String {
-    name.chars()
-        .flat_map(char::to_uppercase)
-        .flat_map(char::to_lowercase)
-        .collect()
+fn require<'a>(members: &'a Members, name: &str) -> Result<&'a RawValue, Unreadable> {
+    one(members, name)?.ok_or(Unreadable)
 }
 
-impl Members {
-    fn parse(raw: &[u8]) -> Result<Members, Unreadable> {
-        serde_json::from_slice(raw).map_err(|_| Unreadable)
-    }
-
-    /// The one member any reader would take for `name`; None when there is none, unreadable
-    /// when two members could be it.
-    fn get(&self, name: &str) -> Result<Option<&RawValue>, Unreadable> {
-        let wanted = fold(name);
-        let mut found = self.0.iter().filter(|(key, _)| fold(key) == wanted);
-        match (found.next(), found.next()) {
-            (None, _) => Ok(None),
-            (Some((_, value)), None) => Ok(Some(value)),
-            (Some(_), Some(_)) => Err(Unreadable),
-        }
-    }
-
-    fn require(&self, name: &str) -> Result<&RawValue, Unreadable> {
-        self.get(name)?.ok_or(Unreadable)
-    }
+fn parse(raw: &[u8]) -> Result<Members, Unreadable> {
+    Members::parse(raw).map_err(|_| Unreadable)
 }
 
 fn string(raw: &RawValue) -> Result<String, Unreadable> {
@@ -164,15 +127,15 @@ fn string(raw: &RawValue) -> Result<String, Unreadable> {
 }
 
 fn identifier(raw: &RawValue) -> Result<LooseName, Unreadable> {
-    let members = Members::parse(raw.get().as_bytes())?;
+    let members = parse(raw.get().as_bytes())?;
     let namespace: Vec<String> =
-        serde_json::from_str(members.require("namespace")?.get()).map_err(|_| Unreadable)?;
-    let name = string(members.require("name")?)?;
+        serde_json::from_str(require(&members, "namespace")?.get()).map_err(|_| Unreadable)?;
+    let name = string(require(&members, "name")?)?;
     Ok(LooseName::new(&namespace, &name))
 }
 
 fn optional_identifier(body: &[u8], member: &str) -> Result<Option<LooseName>, Unreadable> {
-    match Members::parse(body)?.get(member)? {
+    match one(&parse(body)?, member)? {
         None => Ok(None),
         Some(raw) if raw.get() == "null" => Ok(None),
         Some(raw) => identifier(raw).map(Some),
@@ -180,24 +143,24 @@ fn optional_identifier(body: &[u8], member: &str) -> Result<Option<LooseName>, U
 }
 
 fn named(body: &[u8]) -> Result<String, Unreadable> {
-    string(Members::parse(body)?.require("name")?)
+    string(require(&parse(body)?, "name")?)
 }
 
 fn renamed(body: &[u8]) -> Result<Vec<LooseName>, Unreadable> {
-    let members = Members::parse(body)?;
+    let members = parse(body)?;
     Ok(vec![
-        identifier(members.require("source")?)?,
-        identifier(members.require("destination")?)?,
+        identifier(require(&members, "source")?)?,
+        identifier(require(&members, "destination")?)?,
     ])
 }
 
 fn transaction(body: &[u8]) -> Result<Vec<LooseName>, Unreadable> {
-    let members = Members::parse(body)?;
+    let members = parse(body)?;
     let changes: Vec<Box<RawValue>> =
-        serde_json::from_str(members.require("table-changes")?.get()).map_err(|_| Unreadable)?;
+        serde_json::from_str(require(&members, "table-changes")?.get()).map_err(|_| Unreadable)?;
     changes
         .iter()
-        .map(|change| identifier(Members::parse(change.get().as_bytes())?.require("identifier")?))
+        .map(|change| identifier(require(&parse(change.get().as_bytes())?, "identifier")?))
         .collect()
 }
 

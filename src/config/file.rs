@@ -10,7 +10,7 @@ use clap::Args;
 use serde::Deserialize;
 
 use super::units::SizeText;
-use super::ConfigError;
+use super::{ConfigError, ConfigErrors};
 use crate::ops::logging::LogFormat;
 use crate::policy::{Credentials, Identity, InjectSource, PolicySettings};
 
@@ -221,22 +221,40 @@ macro_rules! overlay {
 }
 
 impl RawSettings {
-    /// Reads a TOML config file.
-    pub fn from_file(path: &Path) -> Result<RawSettings, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-            path: path.to_owned(),
-            source,
+    /// Reads a TOML config file. A file that is not TOML is one error; one that is TOML but
+    /// holds settings icecache does not take gets every such setting reported at once.
+    pub fn from_file(path: &Path) -> Result<RawSettings, ConfigErrors> {
+        let text = std::fs::read_to_string(path).map_err(|source| {
+            ConfigErrors::one(ConfigError::Read {
+                path: path.to_owned(),
+                source,
+            })
         })?;
-        toml::from_str(&text).map_err(|e| {
+        let table: toml::Table = toml::from_str(&text).map_err(|e| {
             let line = e
                 .span()
                 .map(|span| text[..span.start.min(text.len())].matches('\n').count() + 1);
-            ConfigError::Parse {
+            ConfigErrors::one(ConfigError::Parse {
                 path: path.to_owned(),
                 line,
                 message: e.message().to_owned(),
+            })
+        })?;
+        match RawSettings::deserialize(toml::Value::Table(table.clone())) {
+            Ok(settings) => Ok(settings),
+            Err(whole) => {
+                let each = setting_errors(&table);
+                Err(ConfigErrors(if each.is_empty() {
+                    vec![ConfigError::Parse {
+                        path: path.to_owned(),
+                        line: None,
+                        message: whole.message().to_owned(),
+                    }]
+                } else {
+                    each
+                }))
             }
-        })
+        }
     }
 
     /// `self` with every setting that `over` has replaced by `over`'s.
@@ -297,10 +315,43 @@ impl RawSettings {
     }
 
     /// Reads the file the settings name (if any) and puts these settings over it.
-    pub fn over_file(self) -> Result<RawSettings, ConfigError> {
+    pub fn over_file(self) -> Result<RawSettings, ConfigErrors> {
         match &self.config {
             Some(path) => Ok(RawSettings::from_file(path)?.overlay(self)),
             None => Ok(self),
         }
     }
+}
+
+/// Each setting of a file read on its own, so that every one serde refuses is named: a key
+/// icecache does not know, a value of the wrong type, a spelling of an enum it does not take.
+fn setting_errors(table: &toml::Table) -> Vec<ConfigError> {
+    let mut errors = Vec::new();
+    let mut check = |key: String, alone: toml::Table| {
+        if let Err(e) = RawSettings::deserialize(toml::Value::Table(alone)) {
+            errors.push(ConfigError::Invalid {
+                key,
+                message: e.message().to_owned(),
+            });
+        }
+    };
+    for (key, value) in table {
+        match (key.as_str(), value) {
+            ("cache" | "inject" | "prefixes", toml::Value::Table(inner)) => {
+                for (sub, inner_value) in inner {
+                    let nested: toml::Table =
+                        [(sub.clone(), inner_value.clone())].into_iter().collect();
+                    let alone = [(key.clone(), toml::Value::Table(nested))]
+                        .into_iter()
+                        .collect();
+                    check(format!("{key}.{sub}"), alone);
+                }
+            }
+            _ => check(
+                key.clone(),
+                [(key.clone(), value.clone())].into_iter().collect(),
+            ),
+        }
+    }
+    errors
 }

@@ -178,7 +178,7 @@ pub struct Settings {
 
 /// The settings a run uses: the raw command-line layer over the file it names, validated.
 pub fn load(cli: &RawSettings) -> Result<Settings, ConfigErrors> {
-    let raw = cli.clone().over_file().map_err(ConfigErrors::one)?;
+    let raw = cli.clone().over_file()?;
     Settings::try_from(raw)
 }
 
@@ -364,6 +364,28 @@ mod tests {
     fn unknown_file_keys_are_refused() {
         let err = toml::from_str::<RawSettings>("upstrem = \"http://a:1\"").unwrap_err();
         assert!(err.message().contains("upstrem"), "{}", err.message());
+    }
+
+    #[test]
+    fn every_setting_a_file_gets_wrong_is_reported_at_once() {
+        let path = std::env::temp_dir().join(format!("icecache-bad-{}.toml", std::process::id()));
+        std::fs::write(
+            &path,
+            "upstream = \"http://a:1\"\nlog_format = \"xml\"\nworkers = \"many\"\n\
+             cache_max = 1\n[cache]\ngzipp = true\nfresh_for = 5\n",
+        )
+        .unwrap();
+        let errors = RawSettings::from_file(&path).unwrap_err().to_string();
+        let _ = std::fs::remove_file(&path);
+        for key in [
+            "`log_format`",
+            "`workers`",
+            "`cache_max`",
+            "`cache.gzipp`",
+            "`cache.fresh_for`",
+        ] {
+            assert!(errors.contains(key), "{key} missing from: {errors}");
+        }
     }
 
     #[test]

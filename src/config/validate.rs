@@ -437,15 +437,11 @@ fn parse_upstream(value: Option<&str>) -> Result<Option<UpstreamUrl>, String> {
     }))
 }
 
-/// `text` with whatever precedes an `@` in its authority replaced by `…`.
+/// `text` as it may be shown: with an `@` anywhere in it, only what follows the last one (a
+/// malformed URL may still hold a password before it).
 fn without_userinfo(text: &str) -> String {
-    let Some((scheme, rest)) = text.split_once("://") else {
-        return text.to_owned();
-    };
-    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    let (authority, path) = rest.split_at(end);
-    match authority.rsplit_once('@') {
-        Some((_, host)) => format!("{scheme}://…@{host}{path}"),
+    match text.rfind('@') {
+        Some(at) => format!("…@{}", &text[at + 1..]),
         None => text.to_owned(),
     }
 }
@@ -491,13 +487,21 @@ mod tests {
 
     #[test]
     fn a_password_in_the_upstream_is_refused_without_being_repeated() {
-        let raw = RawSettings {
-            upstream: Some("http://svc:hunter2@catalog:8181/iceberg".into()),
-            ..RawSettings::default()
-        };
-        let errors = Settings::try_from(raw).unwrap_err().to_string();
-        assert!(errors.contains("`upstream`"), "{errors}");
-        assert!(!errors.contains("hunter2"), "{errors}");
+        for upstream in [
+            "http://svc:hunter2@catalog:8181/iceberg",
+            "http:/svc:hunter2@catalog:8181",
+            "http:svc:hunter2@catalog",
+            "svc:hunter2@catalog",
+            "http://svc:hunter2@",
+        ] {
+            let raw = RawSettings {
+                upstream: Some(upstream.into()),
+                ..RawSettings::default()
+            };
+            let errors = Settings::try_from(raw).unwrap_err().to_string();
+            assert!(errors.contains("`upstream`"), "{errors}");
+            assert!(!errors.contains("hunter2"), "{upstream}: {errors}");
+        }
     }
 
     #[test]

@@ -87,6 +87,7 @@ fn stats(state: &State) -> Response<Body> {
         "max_bytes": cache.max_bytes(),
         "fills_in_flight": fills,
         "tables_indexed": tables,
+        "confirmed_callers": cache.confirmed_callers(),
         "load_table_requests": m.totals(Totals::Requests, "cache"),
         "not_modified": m.cache_not_modified.get(),
         "coalesced_waiters": m.cache_coalesced_waiters.get(),

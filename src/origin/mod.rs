@@ -168,8 +168,17 @@ impl OriginRequest {
     /// keeps plain bodies and makes its own gzip copy).
     pub fn for_fill(self) -> Self {
         let mut request = self.unconditional();
-        request.headers.remove(header::ACCEPT_ENCODING);
+        request.identity_encoding();
         request
+    }
+
+    /// Asks for the body in the identity encoding: without `Accept-Encoding` any coding would
+    /// be acceptable (RFC 9110 §12.5.3).
+    pub fn identity_encoding(&mut self) {
+        self.headers.insert(
+            header::ACCEPT_ENCODING,
+            HeaderValue::from_static("identity"),
+        );
     }
 
     /// This fill made conditional on the catalog's own ETag (revalidation).
@@ -393,7 +402,7 @@ mod tests {
         )
         .for_fill();
         assert!(sent.headers.get("if-none-match").is_none());
-        assert!(sent.headers.get("accept-encoding").is_none());
+        assert_eq!(sent.headers["accept-encoding"], "identity");
         let revalidation = sent.conditional(Some(&HeaderValue::from_static("\"up\"")));
         assert_eq!(revalidation.headers["if-none-match"], "\"up\"");
     }

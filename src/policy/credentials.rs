@@ -8,11 +8,11 @@ use std::sync::LazyLock;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
-use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::Value;
 
 use super::KeyPatterns;
+use crate::wire::json::{fold, Members};
 
 /// The built-in credential keys: a body holding any of them vends credentials.
 static CREDENTIAL_KEYS: LazyLock<KeyPatterns> = LazyLock::new(KeyPatterns::default);
@@ -28,32 +28,58 @@ const EXPIRY_PREFIXES: &[&str] = &["adls.sas-token-expires-at-ms."];
 /// The most a credential's lifetime is shortened by the safety margin.
 const MAX_MARGIN: Duration = Duration::from_secs(300);
 
-#[derive(Deserialize)]
-struct StorageCredential {
-    #[serde(default, deserialize_with = "null_as_empty")]
+/// The credential sections of a LoadTableResult, read the way the loosest client would: every
+/// member spelled `config` or `storage-credentials` in any case counts (a Go client matches
+/// them case-insensitively), later ones over earlier ones, and a `null` is empty.
+struct Sections {
     config: HashMap<String, Value>,
+    /// Whether the body had a `config` member at all.
+    had_config: bool,
+    /// Each storage credential: its members other than `config`, and its `config`.
+    storage: Option<Vec<StorageCredential>>,
 }
 
-/// The parts of a LoadTableResult that can carry credentials; the metadata is skipped unread.
-/// A `null` where an object or a list belongs counts as empty, as lenient clients read it.
-#[derive(Deserialize)]
-struct LoadTableResult {
-    #[serde(default, deserialize_with = "null_as_empty")]
-    config: HashMap<String, Value>,
-    #[serde(
-        default,
-        rename = "storage-credentials",
-        deserialize_with = "null_as_empty"
-    )]
-    storage_credentials: Vec<StorageCredential>,
+/// A storage credential's members other than `config`, and its `config`.
+type StorageCredential = (serde_json::Map<String, Value>, HashMap<String, Value>);
+
+const CONFIG: &str = "config";
+const STORAGE_CREDENTIALS: &str = "storage-credentials";
+
+fn merged_config<'a>(
+    variants: impl Iterator<Item = &'a RawValue>,
+) -> Result<HashMap<String, Value>, serde_json::Error> {
+    let mut config = HashMap::new();
+    for raw in variants {
+        if let Some(map) = serde_json::from_str::<Option<HashMap<String, Value>>>(raw.get())? {
+            config.extend(map);
+        }
+    }
+    Ok(config)
 }
 
-fn null_as_empty<'de, D, T>(deserializer: D) -> Result<T, D::Error>
-where
-    D: serde::Deserializer<'de>,
-    T: Deserialize<'de> + Default,
-{
-    Ok(Option::<T>::deserialize(deserializer)?.unwrap_or_default())
+fn sections(members: &Members) -> Result<Sections, serde_json::Error> {
+    let config = merged_config(members.named(CONFIG))?;
+    let had_config = members.named(CONFIG).next().is_some();
+    let mut storage = None;
+    for raw in members.named(STORAGE_CREDENTIALS) {
+        let list: Vec<Box<RawValue>> =
+            serde_json::from_str::<Option<Vec<_>>>(raw.get())?.unwrap_or_default();
+        let entries = storage.get_or_insert_with(Vec::new);
+        for credential in list {
+            let fields = Members::parse(credential.get().as_bytes())?;
+            let config = merged_config(fields.named(CONFIG))?;
+            let mut rest = serde_json::Map::new();
+            for (key, value) in fields.others(&[CONFIG]) {
+                rest.insert(key.to_owned(), serde_json::from_str(value.get())?);
+            }
+            entries.push((rest, config));
+        }
+    }
+    Ok(Sections {
+        config,
+        had_config,
+        storage,
+    })
 }
 
 /// What a body vends.
@@ -88,10 +114,10 @@ impl Vended {
 /// Reads the credential fields of a LoadTableResult; an error means the body is not a
 /// LoadTableResult (or not JSON) and must not be cached.
 pub fn inspect(body: &[u8]) -> Result<Vended, serde_json::Error> {
-    let result: LoadTableResult = serde_json::from_slice(body)?;
-    Ok(vended_by(std::iter::once(&result.config).chain(
-        result.storage_credentials.iter().map(|c| &c.config),
-    )))
+    let sections = sections(&Members::parse(body)?)?;
+    Ok(vended_by(
+        std::iter::once(&sections.config).chain(sections.storage.iter().flatten().map(|(_, c)| c)),
+    ))
 }
 
 fn vended_by<'a>(configs: impl Iterator<Item = &'a HashMap<String, Value>>) -> Vended {
@@ -143,7 +169,8 @@ pub struct Stripped {
 pub const SPLICE_AT: usize = br#"{"config":{"#.len();
 
 /// Removes every key that `secret` matches from `config` and from each
-/// `storage-credentials[].config`, and drops storage credentials left empty. The other members
+/// `storage-credentials[].config` (in whatever case those members are spelled; they are
+/// written back once, canonically), and drops storage credentials left empty. The other members
 /// (the metadata above all) are copied through unparsed; a repeated member keeps its last
 /// value, the only one written out. Not a JSON object: an error.
 pub fn strip(
@@ -151,41 +178,31 @@ pub fn strip(
     secret: &KeyPatterns,
     layout: Layout,
 ) -> Result<Stripped, serde_json::Error> {
-    let mut top: BTreeMap<String, Box<RawValue>> = serde_json::from_slice(body)?;
-    let had_config = top.contains_key("config");
-    let mut config: HashMap<String, Value> = match top.remove("config") {
-        Some(raw) => {
-            serde_json::from_str::<Option<HashMap<String, Value>>>(raw.get())?.unwrap_or_default()
-        }
-        None => HashMap::new(),
-    };
-    let mut removed = 0;
-    let mut remove_secrets = |map: &mut HashMap<String, Value>| {
+    let members = Members::parse(body)?;
+    let Sections {
+        mut config,
+        had_config,
+        storage,
+    } = sections(&members)?;
+    let remove_secrets = |map: &mut HashMap<String, Value>| -> usize {
         let before = map.len();
         map.retain(|key, _| !secret.matches(key));
-        removed += before - map.len();
+        let nested: usize = map.values_mut().map(|value| scrub(value, secret)).sum();
+        before - map.len() + nested
     };
-    remove_secrets(&mut config);
-    let storage: Option<Vec<serde_json::Map<String, Value>>> = match top
-        .remove("storage-credentials")
-    {
-        Some(raw) => Some(serde_json::from_str::<Option<Vec<_>>>(raw.get())?.unwrap_or_default()),
-        None => None,
-    };
+    let mut removed = remove_secrets(&mut config);
+    let had_storage = storage.is_some();
     let mut kept = Vec::new();
     let mut storage_configs = Vec::new();
-    for mut credential in storage.iter().flatten().cloned() {
-        let mut entry_config: HashMap<String, Value> = match credential.remove("config") {
-            Some(value) => {
-                Option::<HashMap<String, Value>>::deserialize(value)?.unwrap_or_default()
-            }
-            None => HashMap::new(),
-        };
-        remove_secrets(&mut entry_config);
+    for (mut credential, mut entry_config) in storage.into_iter().flatten() {
+        removed += remove_secrets(&mut entry_config);
+        for value in credential.values_mut() {
+            removed += scrub(value, secret);
+        }
         if !entry_config.is_empty() {
             storage_configs.push(entry_config.clone());
             let sorted: serde_json::Map<String, Value> = entry_config.into_iter().collect();
-            credential.insert("config".to_owned(), Value::Object(sorted));
+            credential.insert(CONFIG.to_owned(), Value::Object(sorted));
             kept.push(credential);
         }
     }
@@ -203,22 +220,29 @@ pub fn strip(
         Ok(())
     };
     if had_config || layout == Layout::ConfigFirst {
-        member(&mut out, "config")?;
+        member(&mut out, CONFIG)?;
         // Sorted, so that equal configs always serialise to equal bytes (and equal ETags).
         let sorted: BTreeMap<&String, &Value> = config.iter().collect();
         serde_json::to_writer(&mut out, &sorted)?;
     }
     let keep_list = match layout {
         Layout::ConfigFirst => !kept.is_empty(),
-        Layout::AsIs => storage.is_some(),
+        Layout::AsIs => had_storage,
     };
     if keep_list {
-        member(&mut out, "storage-credentials")?;
+        member(&mut out, STORAGE_CREDENTIALS)?;
         serde_json::to_writer(&mut out, &kept)?;
     }
-    for (key, raw) in &top {
+    for (key, raw) in members.others(&[CONFIG, STORAGE_CREDENTIALS]) {
         member(&mut out, key)?;
-        out.extend_from_slice(raw.get().as_bytes());
+        if layout == Layout::AsIs {
+            // Not a LoadTableResult: nothing in it is table metadata to keep unread.
+            let mut value: Value = serde_json::from_str(raw.get())?;
+            removed += scrub(&mut value, secret);
+            serde_json::to_writer(&mut out, &value)?;
+        } else {
+            out.extend_from_slice(raw.get().as_bytes());
+        }
     }
     out.push(b'}');
     Ok(Stripped {
@@ -227,6 +251,48 @@ pub fn strip(
         vended,
         config_empty: config.is_empty(),
     })
+}
+
+/// Removes every member `secret` matches from every object inside `value`, at any depth, and
+/// the storage credentials left without config; returns how many members went.
+pub fn scrub(value: &mut Value, secret: &KeyPatterns) -> usize {
+    match value {
+        Value::Object(map) => {
+            let before = map.len();
+            map.retain(|key, _| !secret.matches(key));
+            let mut removed = before - map.len();
+            for (key, inner) in map.iter_mut() {
+                removed += scrub(inner, secret);
+                if fold(key) == STORAGE_CREDENTIALS {
+                    if let Value::Array(list) = inner {
+                        list.retain(|credential| !left_without_config(credential));
+                    }
+                }
+            }
+            removed
+        }
+        Value::Array(items) => items.iter_mut().map(|item| scrub(item, secret)).sum(),
+        _ => 0,
+    }
+}
+
+/// Whether a storage credential had a `config` and none of it is left.
+fn left_without_config(credential: &Value) -> bool {
+    let Some(fields) = credential.as_object() else {
+        return false;
+    };
+    let mut configs = fields
+        .iter()
+        .filter(|(key, _)| fold(key) == CONFIG)
+        .map(|(_, v)| v);
+    let mut any = false;
+    for config in &mut configs {
+        any = true;
+        if config.as_object().is_none_or(|c| !c.is_empty()) {
+            return false;
+        }
+    }
+    any
 }
 
 /// The three pieces of a served body with injected properties: the stripped body around the
@@ -390,6 +456,32 @@ mod tests {
         let body = br#"{"config":{"s3.secret-access-key":"S"},"config":{"a":"b"},"metadata":{}}"#;
         let stripped = strip(body, &KeyPatterns::default(), Layout::ConfigFirst).unwrap();
         assert_eq!(&stripped.body[..], br#"{"config":{"a":"b"},"metadata":{}}"#);
+    }
+
+    #[test]
+    fn members_spelled_in_another_case_are_stripped_too() {
+        let body = br#"{"metadata":{},"Config":{"s3.secret-access-key":"S","s3.endpoint":"e"},"STORAGE-CREDENTIALS":[{"prefix":"p","CONFIG":{"token":"t"}}]}"#;
+        let stripped = strip(body, &KeyPatterns::default(), Layout::ConfigFirst).unwrap();
+        assert_eq!(
+            &stripped.body[..],
+            br#"{"config":{"s3.endpoint":"e"},"metadata":{}}"#
+        );
+        let vended = inspect(body).unwrap();
+        assert!(
+            vended.has_secrets,
+            "passthrough reads the variants as a Go client would"
+        );
+    }
+
+    #[test]
+    fn other_answers_are_scrubbed_at_any_depth() {
+        let body = br#"{"plan":{"storage-credentials":[{"prefix":"p","config":{"s3.access-key-id":"A"}}],"nested":{"x":{"token":"t","keep":"k"}}}}"#;
+        let stripped = strip(body, &KeyPatterns::default(), Layout::AsIs).unwrap();
+        assert_eq!(
+            &stripped.body[..],
+            br#"{"plan":{"nested":{"x":{"keep":"k"}},"storage-credentials":[]}}"#
+        );
+        assert_eq!(stripped.removed, 2);
     }
 
     #[test]

@@ -59,39 +59,26 @@ impl fmt::Debug for Injection {
 }
 
 impl Injection {
-    /// Reads every value now, so that a missing variable or file fails the config check.
+    /// Reads every value now, so that a missing variable or file fails the config check; every
+    /// property that cannot be read is reported.
     pub fn load(
         properties: &BTreeMap<String, InjectSource>,
         secrets: &KeyPatterns,
-    ) -> Result<Injection, InjectionError> {
+    ) -> Result<Injection, Vec<InjectionError>> {
         let mut members = Vec::new();
+        let mut errors = Vec::new();
         for (name, source) in properties {
-            let property = name.clone();
-            let value = match (&source.value, &source.env, &source.file) {
-                (Some(_), None, None) if secrets.matches(name) => {
-                    return Err(InjectionError::SecretAsValue { property })
-                }
-                (Some(value), None, None) => value.clone(),
-                (None, Some(var), None) => {
-                    std::env::var(var).map_err(|_| InjectionError::MissingEnv {
-                        property,
-                        var: var.clone(),
-                    })?
-                }
-                (None, None, Some(path)) => std::fs::read_to_string(path)
-                    .map(|text| text.trim_end_matches(['\n', '\r']).to_owned())
-                    .map_err(|e| InjectionError::Unreadable {
-                        property,
-                        path: path.display().to_string(),
-                        message: e.to_string(),
-                    })?,
-                _ => return Err(InjectionError::Ambiguous { property }),
-            };
-            members.push(format!(
-                "{}:{}",
-                serde_json::Value::String(name.clone()),
-                serde_json::Value::String(value)
-            ));
+            match read(name, source, secrets) {
+                Ok(value) => members.push(format!(
+                    "{}:{}",
+                    serde_json::Value::String(name.clone()),
+                    serde_json::Value::String(value)
+                )),
+                Err(e) => errors.push(e),
+            }
+        }
+        if !errors.is_empty() {
+            return Err(errors);
         }
         Ok(Injection {
             keys: properties.keys().cloned().collect(),
@@ -101,6 +88,33 @@ impl Injection {
 
     pub fn keys(&self) -> &[String] {
         &self.keys
+    }
+}
+
+/// One property's value, from where its source says.
+fn read(
+    name: &str,
+    source: &InjectSource,
+    secrets: &KeyPatterns,
+) -> Result<String, InjectionError> {
+    let property = name.to_owned();
+    match (&source.value, &source.env, &source.file) {
+        (Some(_), None, None) if secrets.matches(name) => {
+            Err(InjectionError::SecretAsValue { property })
+        }
+        (Some(value), None, None) => Ok(value.clone()),
+        (None, Some(var), None) => std::env::var(var).map_err(|_| InjectionError::MissingEnv {
+            property,
+            var: var.clone(),
+        }),
+        (None, None, Some(path)) => std::fs::read_to_string(path)
+            .map(|text| text.trim_end_matches(['\n', '\r']).to_owned())
+            .map_err(|e| InjectionError::Unreadable {
+                property,
+                path: path.display().to_string(),
+                message: e.to_string(),
+            }),
+        _ => Err(InjectionError::Ambiguous { property }),
     }
 }
 
@@ -123,8 +137,8 @@ mod tests {
             source(Some("plain"), None, None),
         )]
         .into();
-        let err = Injection::load(&properties, &KeyPatterns::default()).unwrap_err();
-        assert!(err.to_string().contains("env"), "{err}");
+        let errors = Injection::load(&properties, &KeyPatterns::default()).unwrap_err();
+        assert!(errors[0].to_string().contains("env"), "{errors:?}");
     }
 
     #[test]
@@ -158,9 +172,29 @@ mod tests {
             source(Some("a"), Some("B"), None),
         )]
         .into();
-        assert!(matches!(
-            Injection::load(&properties, &KeyPatterns::default()),
-            Err(InjectionError::Ambiguous { .. })
-        ));
+        let errors = Injection::load(&properties, &KeyPatterns::default()).unwrap_err();
+        assert!(matches!(errors[..], [InjectionError::Ambiguous { .. }]));
+    }
+
+    #[test]
+    fn every_property_that_cannot_be_read_is_reported() {
+        let properties: BTreeMap<_, _> = [
+            (
+                "s3.secret-access-key".to_owned(),
+                source(Some("x"), None, None),
+            ),
+            ("S3.Session-Token".to_owned(), source(Some("y"), None, None)),
+            (
+                "s3.access-key-id".to_owned(),
+                source(None, Some("ICECACHE_TEST_UNSET_VAR"), None),
+            ),
+            (
+                "client.region".to_owned(),
+                source(None, None, Some("/nonexistent/x".into())),
+            ),
+        ]
+        .into();
+        let errors = Injection::load(&properties, &KeyPatterns::default()).unwrap_err();
+        assert_eq!(errors.len(), 4, "{errors:?}");
     }
 }

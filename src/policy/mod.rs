@@ -67,8 +67,10 @@ impl Credentials {
     }
 }
 
-/// Secrets and their expiries that `strip` removes by default: S3, GCS, ADLS, OSS (Aliyun
-/// `client.*`), JDBC, bearer tokens and RFC 8693 token types.
+/// Secrets and their expiries that `strip` removes by default: S3, GCS, ADLS (SAS tokens,
+/// shared keys, connection strings), OSS and pyiceberg's `client.*` keys, JDBC, Hugging Face,
+/// OAuth client credentials, bearer tokens, an `Authorization` header a client would send, and
+/// RFC 8693 token types.
 pub const DEFAULT_STRIP_KEYS: &[&str] = &[
     "s3.access-key-id",
     "s3.secret-access-key",
@@ -76,15 +78,22 @@ pub const DEFAULT_STRIP_KEYS: &[&str] = &[
     "s3.session-token-expires-at-ms",
     "gcs.oauth2.token",
     "gcs.oauth2.token-expires-at",
+    "gcs.oauth2.refresh-token",
     "adls.sas-token.*",
     "adls.sas-token-expires-at-ms.*",
+    "adls.connection-string.*",
     "adls.auth.shared-key.account.key",
     "client.access-key-id",
     "client.access-key-secret",
+    "client.secret-access-key",
+    "client.session-token",
     "client.security-token",
     "client.security-token-expires-at-ms",
     "jdbc.password",
+    "hf.token",
+    "credential",
     "token",
+    "header.authorization",
     "urn:ietf:params:oauth:token-type:*",
 ];
 
@@ -139,6 +148,16 @@ pub enum PolicyError {
     NothingToInject { scope: String },
     #[error(transparent)]
     Injection(#[from] injection::InjectionError),
+}
+
+impl PolicyError {
+    /// The setting the error is about, within its policy's scope.
+    pub fn key(&self) -> &'static str {
+        match self {
+            PolicyError::Unsafe { .. } => "identity",
+            PolicyError::NothingToInject { .. } | PolicyError::Injection(_) => "inject",
+        }
+    }
 }
 
 /// The policy of one prefix, as in force. `generation` names the policy's content: entries
@@ -228,7 +247,7 @@ pub struct PolicySettings {
 }
 
 /// Builds every policy: the top level, then each `[prefixes.NAME]` over it. All errors are
-/// returned, each naming its scope.
+/// returned, each with the key it is about (`identity`, `inject`, `prefixes.NAME.inject`…).
 pub fn build_all(
     base: &PolicySettings,
     prefixes: &BTreeMap<String, PolicySettings>,
@@ -241,7 +260,7 @@ pub fn build_all(
         strip,
         "the default policy",
     )
-    .map_err(|e| errors.push(("identity".to_owned(), e)))
+    .map_err(|e| errors.extend(e.into_iter().map(|e| (e.key().to_owned(), e))))
     .ok();
     let mut by_prefix = BTreeMap::new();
     for (prefix, settings) in prefixes {
@@ -249,7 +268,10 @@ pub fn build_all(
             Ok(policy) => {
                 by_prefix.insert(prefix.clone(), Arc::new(policy));
             }
-            Err(e) => errors.push((format!("prefixes.{prefix}"), e)),
+            Err(e) => errors.extend(
+                e.into_iter()
+                    .map(|e| (format!("prefixes.{prefix}.{}", e.key()), e)),
+            ),
         }
     }
     match default {
@@ -267,7 +289,7 @@ pub fn build(
     settings: &PolicySettings,
     strip: &Arc<KeyPatterns>,
     scope: &str,
-) -> Result<Policy, PolicyError> {
+) -> Result<Policy, Vec<PolicyError>> {
     let identity = settings
         .identity
         .or(base.identity)
@@ -277,22 +299,23 @@ pub fn build(
         .or(base.credentials)
         .unwrap_or(Credentials::Passthrough);
     if identity.shares_entries() && credentials == Credentials::Passthrough {
-        return Err(PolicyError::Unsafe {
+        return Err(vec![PolicyError::Unsafe {
             scope: scope.to_owned(),
             identity: identity.as_str(),
-        });
+        }]);
     }
     let injection = match (
         credentials,
         settings.inject.as_ref().or(base.inject.as_ref()),
     ) {
-        (Credentials::Inject, Some(properties)) => {
-            Some(Arc::new(Injection::load(properties, strip)?))
-        }
+        (Credentials::Inject, Some(properties)) => Some(Arc::new(
+            Injection::load(properties, strip)
+                .map_err(|e| e.into_iter().map(PolicyError::from).collect::<Vec<_>>())?,
+        )),
         (Credentials::Inject, None) => {
-            return Err(PolicyError::NothingToInject {
+            return Err(vec![PolicyError::NothingToInject {
                 scope: scope.to_owned(),
-            })
+            }])
         }
         _ => None,
     };
@@ -325,7 +348,7 @@ mod tests {
                 "the default policy",
             )
             .unwrap_err();
-            assert!(err.to_string().contains("unsafe"), "{err}");
+            assert!(err[0].to_string().contains("unsafe"), "{err:?}");
         }
     }
 
@@ -347,7 +370,7 @@ mod tests {
         .into();
         let errors = build_all(&PolicySettings::default(), &prefixes, &strip()).unwrap_err();
         let scopes: Vec<&str> = errors.iter().map(|(s, _)| s.as_str()).collect();
-        assert_eq!(scopes, ["prefixes.a", "prefixes.b"]);
+        assert_eq!(scopes, ["prefixes.a.identity", "prefixes.b.identity"]);
     }
 
     #[test]

@@ -43,6 +43,8 @@ pub enum Refusal {
          credentials and is not passed on"
     )]
     NotJson(#[source] serde_json::Error),
+    #[error(transparent)]
+    Undecodable(#[from] crate::wire::encoding::DecodeError),
     #[error("the answer could not be processed: icecache is shutting down")]
     ShuttingDown,
 }

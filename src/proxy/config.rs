@@ -11,6 +11,7 @@ use crate::error::ProxyError;
 use crate::origin::OriginError;
 use crate::policy::Credentials;
 use crate::wire::body::{full, read_to_bytes, stream, Body};
+use crate::wire::encoding::decode;
 use crate::wire::headers::remove_hop_by_hop;
 
 /// Largest `/v1/config` answer icecache reads to rewrite; a larger one is a broken catalog.
@@ -24,7 +25,7 @@ pub async fn serve(
     let (parts, body) = request.into_parts();
     let mut sent = origin_request(&exchange, &parts, None)?;
     // The answer is read and maybe rewritten: ask for it uncompressed.
-    sent.headers.remove(header::ACCEPT_ENCODING);
+    sent.identity_encoding();
     let idle = exchange.settings.request_timeout;
     let response = exchange.state.origin.send(sent, stream(body, idle)).await?;
     let (mut parts, body) = response.into_parts();
@@ -32,21 +33,29 @@ pub async fn serve(
     if parts.status != StatusCode::OK {
         return Ok(Response::from_parts(parts, stream(body, idle)));
     }
-    let body = read_to_bytes(body, MAX_CONFIG_BODY, idle)
+    let raw = read_to_bytes(body, MAX_CONFIG_BODY, idle)
         .await
         .map_err(OriginError::from)?;
-    let secrets = (exchange.policy.credentials != Credentials::Passthrough)
-        .then(|| exchange.policy.strip.as_ref());
-    let Some(answer) = config_rewrite::read(&body, &public_url, secrets) else {
-        return Ok(Response::from_parts(parts, full(body)));
+    let strips = exchange.policy.credentials != Credentials::Passthrough;
+    // Asked for the identity encoding; an answer encoded anyway is decoded to be read.
+    let plain = match decode(&mut parts.headers, raw.clone(), MAX_CONFIG_BODY) {
+        Ok(plain) => plain,
+        Err(_) if !strips => return Ok(Response::from_parts(parts, full(raw))),
+        Err(e) => {
+            exchange.state.metrics.credentials_refused.inc();
+            return Err(ProxyError::Refused(e.into()));
+        }
     };
-    if let Some(separator) = &answer.separator {
+    let secrets = strips.then(|| exchange.policy.strip.as_ref());
+    let answer = config_rewrite::read(&plain, &public_url, secrets);
+    if let Some(separator) = answer.as_ref().and_then(|a| a.separator.as_ref()) {
         exchange.state.separator.learn(separator);
     }
-    let Some(body) = answer.rewritten else {
-        return Ok(Response::from_parts(parts, full(body)));
-    };
-    parts.headers.remove(header::ETAG);
+    let body = answer.and_then(|a| a.rewritten).unwrap_or(plain);
+    if body != raw {
+        // The catalog's validators named the bytes it sent, not these.
+        parts.headers.remove(header::ETAG);
+    }
     parts
         .headers
         .insert(header::CONTENT_LENGTH, HeaderValue::from(body.len()));

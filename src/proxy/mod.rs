@@ -18,7 +18,7 @@ use http::{HeaderName, Method, Request, Response};
 use hyper::body::Incoming;
 
 use crate::cache::{CachePhase, NoCacheReason};
-use crate::catalog::route::{classify, Operation, Route};
+use crate::catalog::route::{classify, operation_of, Operation, Route};
 use crate::catalog::writes;
 use crate::config::Settings;
 use crate::error::{self, ProxyError};
@@ -72,9 +72,10 @@ pub async fn handle(state: &State, request: Request<Incoming>, peer: SocketAddr)
     let request_id = request_id(&request);
     let method = request.method().clone();
     let classified = classify(&method, request.uri().path(), &state.separator.get());
-    let operation = classified
-        .as_ref()
-        .map_or(Operation::Other, |r| r.operation);
+    let operation = match &classified {
+        Ok(route) => route.operation,
+        Err(_) => operation_of(&method, request.uri().path()),
+    };
     let result = match classified {
         Err(e) => Err(ProxyError::from(e)),
         Ok(route) => {
@@ -104,9 +105,8 @@ pub async fn handle(state: &State, request: Request<Incoming>, peer: SocketAddr)
             };
             let mut response = error::respond(&e, &context);
             // Every loadTable answer says how it was produced, icecache's own errors too.
-            let phase = e
-                .phase()
-                .or((operation == Operation::LoadTable).then_some(CachePhase::Bypass));
+            let cached_route = operation == Operation::LoadTable && state.cache.is_some();
+            let phase = e.phase().or(cached_route.then_some(CachePhase::Bypass));
             if let Some(phase) = phase {
                 response = crate::cache::mark(response, phase, &state.case);
             }
@@ -170,21 +170,22 @@ fn origin_request(
     }
     if relay::processes(shape, &exchange.policy) {
         // An answer the policy stage must read comes in the identity encoding.
-        request.headers.remove(http::header::ACCEPT_ENCODING);
+        request.identity_encoding();
     }
     Ok(request)
 }
 
-/// What a route's successful answer is, for the policy stage: the answers that may carry
-/// vended credentials. None for answers that cannot (lists, namespaces, tokens, 204s).
+/// What a route's successful answer is, for the policy stage under `strip` and `inject`.
 pub fn answer_shape(operation: Operation) -> Option<Shape> {
     use Operation::*;
     match operation {
         LoadTable | CreateTable | RegisterTable | LoadView | CreateView | ReplaceView
         | RegisterView => Some(Shape::Table),
         LoadCredentials => Some(Shape::Credentials),
-        Other => Some(Shape::Unknown),
-        _ => None,
+        // Config has its own reader; every other answer is scrubbed: a catalog may put
+        // credentials in a commit's answer, a scan plan, or an extension's.
+        Config => None,
+        _ => Some(Shape::Unknown),
     }
 }
 

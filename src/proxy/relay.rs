@@ -4,6 +4,7 @@
 
 use http::header::{self, HeaderValue};
 use http::Response;
+use http_body::Body as _;
 use hyper::body::Incoming;
 
 use super::Exchange;
@@ -11,9 +12,10 @@ use crate::cache::POLICY_READ_LIMIT;
 use crate::catalog::route::Operation;
 use crate::error::ProxyError;
 use crate::origin::OriginError;
-use crate::policy::stage::{self, Shape};
+use crate::policy::stage::{self, Refusal, Shape};
 use crate::policy::{Credentials, Policy};
 use crate::wire::body::{pieces, read_to_bytes, stream, Body};
+use crate::wire::encoding::decode;
 use crate::wire::headers::remove_hop_by_hop;
 
 /// Whether an answer of `shape` goes through the policy stage under `policy`.
@@ -29,17 +31,28 @@ pub async fn relay(
     let (mut parts, body) = response.into_parts();
     remove_hop_by_hop(&mut parts.headers);
     let idle = exchange.settings.request_timeout;
-    if exchange.route.operation == Operation::LoadTable {
-        // Clients only ever see icecache's ETags on loadTable answers.
+    if matches!(
+        exchange.route.operation,
+        Operation::LoadTable | Operation::TableExists
+    ) {
+        // Clients only ever see icecache's ETags for a table's representation.
         parts.headers.remove(header::ETAG);
     }
-    let shape = shape.filter(|_| parts.status.is_success() && processes(shape, &exchange.policy));
-    let Some(shape) = shape else {
+    if !processes(shape, &exchange.policy) || body.is_end_stream() {
         return Ok(Response::from_parts(parts, stream(body, idle)));
+    }
+    // A successful answer is read in its route's shape; any other JSON object is scrubbed too.
+    let shape = match shape {
+        Some(shape) if parts.status.is_success() => shape,
+        _ => Shape::Unknown,
     };
     let bytes = read_to_bytes(body, POLICY_READ_LIMIT, idle)
         .await
         .map_err(|e| ProxyError::Origin(OriginError::from(e)))?;
+    // Asked for the identity encoding; a catalog that encodes anyway is decoded, not trusted.
+    let bytes = decode(&mut parts.headers, bytes, POLICY_READ_LIMIT)
+        .map_err(Refusal::from)
+        .inspect_err(|_| exchange.state.metrics.credentials_refused.inc())?;
     if bytes.is_empty() {
         return Ok(Response::from_parts(parts, pieces(vec![bytes])));
     }

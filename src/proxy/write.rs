@@ -33,17 +33,26 @@ pub async fn serve(
     };
     let shape = answer_shape(operation);
     let sent = origin_request(&exchange, &parts, shape)?;
-    let result = exchange.state.origin.send(sent, body).await;
-    let may_have_happened = match &result {
-        Ok(response) => !response.status().is_client_error(),
-        Err(_) => true,
-    };
-    if may_have_happened {
-        if let Some(cache) = &exchange.state.cache {
-            cache.invalidate(&touched, operation.as_str());
+    // The exchange with the catalog and the invalidation run in a task of their own: a client
+    // that gives up while its write is on its way does not stop the write from counting.
+    let origin = exchange.state.origin.clone();
+    let cache = exchange.state.cache.clone();
+    let exchanged = tokio::spawn(async move {
+        let result = origin.send(sent, body).await;
+        let may_have_happened = match &result {
+            Ok(response) => !response.status().is_client_error(),
+            Err(_) => true,
+        };
+        if may_have_happened {
+            if let Some(cache) = &cache {
+                cache.invalidate(&touched, operation.as_str());
+            }
         }
-    }
-    relay::relay(&exchange, result?, shape).await
+        result
+    })
+    .await
+    .map_err(|_| ProxyError::Internal)?;
+    relay::relay(&exchange, exchanged?, shape).await
 }
 
 /// What the body names, read off the async threads when it is large.

@@ -1,7 +1,72 @@
-//! Content codings a client accepts (RFC 9110 §12.5.3): icecache keeps one gzip copy per entry
-//! and serves it only to a client whose `Accept-Encoding` gives gzip a non-zero weight.
+//! Content codings: which a client accepts (RFC 9110 §12.5.3; icecache keeps one gzip copy per
+//! entry and serves it only to a client whose `Accept-Encoding` gives gzip a non-zero weight),
+//! and undoing the one a catalog applied anyway when icecache must read an answer.
 
-use http::header::{HeaderMap, ACCEPT_ENCODING};
+use std::io::Read;
+
+use bytes::Bytes;
+use http::header::{HeaderMap, ACCEPT_ENCODING, CONTENT_ENCODING};
+use thiserror::Error;
+
+#[derive(Debug, Error)]
+pub enum DecodeError {
+    #[error("the catalog's answer is in a content coding icecache cannot read ({0})")]
+    Unsupported(String),
+    #[error("the catalog's {coding} answer does not decode")]
+    Corrupt { coding: String },
+    #[error("the catalog's answer decodes to more than {limit} bytes")]
+    TooLarge { limit: usize },
+}
+
+/// The body with its `Content-Encoding` undone (gzip or deflate), at most `limit` bytes; the
+/// header is removed. A body in the identity encoding comes back as it is.
+pub fn decode(headers: &mut HeaderMap, body: Bytes, limit: usize) -> Result<Bytes, DecodeError> {
+    let codings: Vec<String> = headers
+        .get_all(CONTENT_ENCODING)
+        .iter()
+        .map(|v| String::from_utf8_lossy(v.as_bytes()).to_ascii_lowercase())
+        .flat_map(|v| {
+            v.split(',')
+                .map(|c| c.trim().to_owned())
+                .collect::<Vec<_>>()
+        })
+        .filter(|c| !c.is_empty() && c != "identity")
+        .collect();
+    let decoded = match codings.as_slice() {
+        [] => return Ok(body),
+        [one] if one == "gzip" || one == "x-gzip" => {
+            read_limited(flate2::read::MultiGzDecoder::new(&body[..]), limit, one)?
+        }
+        [one] if one == "deflate" => {
+            match read_limited(flate2::read::ZlibDecoder::new(&body[..]), limit, one) {
+                Ok(bytes) => bytes,
+                // Some servers send raw deflate under this name.
+                Err(DecodeError::Corrupt { .. }) => {
+                    read_limited(flate2::read::DeflateDecoder::new(&body[..]), limit, one)?
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        other => return Err(DecodeError::Unsupported(other.join(", "))),
+    };
+    headers.remove(CONTENT_ENCODING);
+    Ok(decoded)
+}
+
+fn read_limited(reader: impl Read, limit: usize, coding: &str) -> Result<Bytes, DecodeError> {
+    let mut out = Vec::new();
+    let cap = u64::try_from(limit).unwrap_or(u64::MAX).saturating_add(1);
+    reader
+        .take(cap)
+        .read_to_end(&mut out)
+        .map_err(|_| DecodeError::Corrupt {
+            coding: coding.to_owned(),
+        })?;
+    if out.len() > limit {
+        return Err(DecodeError::TooLarge { limit });
+    }
+    Ok(Bytes::from(out))
+}
 
 /// Whether `Accept-Encoding` takes gzip: gzip listed with q > 0, or not listed and `*` with
 /// q > 0. An explicit `gzip;q=0` wins over any `*`.
@@ -54,6 +119,30 @@ mod tests {
         assert!(accepts_gzip(&with("*")));
         assert!(!accepts_gzip(&with("deflate, br")));
         assert!(!accepts_gzip(&HeaderMap::new()));
+    }
+
+    #[test]
+    fn a_gzip_answer_is_decoded_and_its_header_removed() {
+        use std::io::Write;
+        let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        encoder.write_all(b"{\"a\":1}").unwrap();
+        let mut headers = HeaderMap::new();
+        headers.insert(CONTENT_ENCODING, http::HeaderValue::from_static("gzip"));
+        let body = decode(&mut headers, Bytes::from(encoder.finish().unwrap()), 100).unwrap();
+        assert_eq!(&body[..], b"{\"a\":1}");
+        assert!(headers.get(CONTENT_ENCODING).is_none());
+        let mut br = HeaderMap::new();
+        br.insert(CONTENT_ENCODING, http::HeaderValue::from_static("br"));
+        assert!(decode(&mut br, Bytes::from_static(b"x"), 100).is_err());
+        let mut bomb = HeaderMap::new();
+        bomb.insert(CONTENT_ENCODING, http::HeaderValue::from_static("gzip"));
+        let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+        encoder.write_all(&vec![b'x'; 10_000]).unwrap();
+        let bomb_body = Bytes::from(encoder.finish().unwrap());
+        assert!(matches!(
+            decode(&mut bomb, bomb_body, 1000),
+            Err(DecodeError::TooLarge { .. })
+        ));
     }
 
     #[test]

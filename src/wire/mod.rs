@@ -1,7 +1,8 @@
 //! What goes on the wire whatever the route: the body type, hop-by-hop and forwarding headers,
-//! entity tags and conditionals, content codings, and the Iceberg error body.
+//! entity tags and conditionals, content codings, and JSON read the way the loosest reader does.
 
 pub mod body;
 pub mod encoding;
 pub mod etag;
 pub mod headers;
+pub mod json;

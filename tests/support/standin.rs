@@ -38,6 +38,18 @@ pub struct Shape {
     pub padding: usize,
     /// How long a loadTable answer takes after the table's state was read.
     pub delay: Duration,
+    /// The status of a successful loadTable answer (200 unless set).
+    pub ok_status: Option<u16>,
+    /// Spell the credential members `Config` and `Storage-Credentials`.
+    pub case_members: bool,
+    /// More vended keys in `config`, the value made for the caller (`<value>-<caller>`).
+    pub extra_config: Vec<(&'static str, &'static str)>,
+    /// gzip every answer, whatever the request asked for.
+    pub gzip: bool,
+    /// Commit answers carry a `config` with keys too.
+    pub commit_vends: bool,
+    /// How long a commit's answer takes after the commit was applied.
+    pub commit_delay: Duration,
 }
 
 impl Default for Shape {
@@ -53,6 +65,12 @@ impl Default for Shape {
             status: None,
             padding: 0,
             delay: Duration::ZERO,
+            ok_status: None,
+            case_members: false,
+            extra_config: Vec::new(),
+            gzip: false,
+            commit_vends: false,
+            commit_delay: Duration::ZERO,
         }
     }
 }
@@ -208,6 +226,9 @@ pub fn table_result(
     let mut config = json!({ "s3.endpoint": "http://s3.local", "client.region": "eu-west-1" });
     let mut storage = json!([]);
     if vend {
+        for (key, value) in &shape.extra_config {
+            config[*key] = json!(format!("{value}-{caller}-{n}"));
+        }
         config["s3.access-key-id"] = json!(format!("AK-{caller}-{n}"));
         config["s3.secret-access-key"] = json!(format!("SK-{caller}-{n}"));
         config["s3.session-token"] = json!(format!("ST-{caller}-{n}"));
@@ -228,6 +249,14 @@ pub fn table_result(
     });
     if shape.null_storage_credentials {
         body["storage-credentials"] = Value::Null;
+    }
+    if shape.case_members {
+        if let Some(object) = body.as_object_mut() {
+            let config = object.remove("config").unwrap_or_default();
+            let storage = object.remove("storage-credentials").unwrap_or_default();
+            object.insert("Config".to_owned(), config);
+            object.insert("Storage-Credentials".to_owned(), storage);
+        }
     }
     body
 }
@@ -253,9 +282,22 @@ async fn answer(state: Arc<State>, request: Request<Incoming>) -> Result<Answer,
     let who = caller(&parts.headers);
     let n = state.served.fetch_add(1, Ordering::Relaxed) + 1;
     let answer = match (&parts.method, tables_at.map(|i| &segments[i + 1..])) {
-        (&Method::GET, _) if path == "/v1/config" => {
-            json_answer(StatusCode::OK, &json!({"defaults":{},"overrides":{}}))
-        }
+        (&Method::GET, _) if path == "/v1/config" => json_answer(
+            StatusCode::OK,
+            &json!({ "defaults": { "s3.secret-access-key": format!("CFGSK-{who}"), "s3.endpoint": "e" },
+                     "overrides": { "uri": "http://elsewhere:1" } }),
+        ),
+        (&Method::GET, None) if path.ends_with("/something/else") => json_answer(
+            StatusCode::OK,
+            &json!({ "config": { "s3.access-key-id": format!("AK-{who}-{n}") },
+                     "nested": { "x": { "s3.secret-access-key": format!("SK-{who}-{n}"), "keep": "k" } } }),
+        ),
+        (&Method::POST, Some([_, "plan"])) => json_answer(
+            StatusCode::OK,
+            &json!({ "status": "completed", "plan-tasks": [],
+                     "storage-credentials": [{ "prefix": "s3://bucket",
+                        "config": { "s3.access-key-id": format!("AK-{who}-{n}") } }] }),
+        ),
         (&Method::GET, Some([table])) => {
             let answer = load(&state, &shape, &parts.headers, table, &who, n);
             // The state is read first, then the answer takes its time: a write can land and be
@@ -280,11 +322,15 @@ async fn answer(state: Arc<State>, request: Request<Incoming>) -> Result<Answer,
                 error(403, "ForbiddenException")
             } else if state.versions.lock().unwrap().contains_key(*table) {
                 let version = bump(&state, table);
-                let mut result = table_result(&shape, table, version, &who, n, false);
-                if let Some(object) = result.as_object_mut() {
-                    object.remove("config");
-                    object.remove("storage-credentials");
+                let mut result = table_result(&shape, table, version, &who, n, shape.commit_vends);
+                if !shape.commit_vends {
+                    if let Some(object) = result.as_object_mut() {
+                        object.remove("config");
+                        object.remove("storage-credentials");
+                    }
                 }
+                // Applied first, answered later: a client may give up in between.
+                tokio::time::sleep(shape.commit_delay).await;
                 json_answer(StatusCode::OK, &result)
             } else {
                 error(404, "NoSuchTableException")
@@ -328,7 +374,26 @@ async fn answer(state: Arc<State>, request: Request<Incoming>) -> Result<Answer,
         }
         _ => error(404, "NotFoundException"),
     };
-    Ok(answer)
+    Ok(if shape.gzip { gzipped(answer) } else { answer })
+}
+
+/// The answer gzip-encoded, as a catalog that ignores `Accept-Encoding` would send it.
+fn gzipped(answer: Answer) -> Answer {
+    use std::io::Write;
+    let (mut parts, body) = answer.into_parts();
+    let bytes = futures::executor::block_on(body.collect())
+        .map(|c| c.to_bytes())
+        .unwrap_or_default();
+    if bytes.is_empty() {
+        return Response::from_parts(parts, Full::new(bytes));
+    }
+    let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    encoder.write_all(&bytes).unwrap();
+    parts
+        .headers
+        .insert("content-encoding", http::HeaderValue::from_static("gzip"));
+    parts.headers.remove("content-length");
+    Response::from_parts(parts, Full::new(Bytes::from(encoder.finish().unwrap())))
 }
 
 fn load(
@@ -363,7 +428,11 @@ fn load(
     }
     let vend = shape.vend_always || headers.contains_key("x-iceberg-access-delegation");
     let body = table_result(shape, table, version, who, n, vend);
-    let mut response = json_answer(StatusCode::OK, &body);
+    let status = shape
+        .ok_status
+        .and_then(|s| StatusCode::from_u16(s).ok())
+        .unwrap_or(StatusCode::OK);
+    let mut response = json_answer(status, &body);
     let h = response.headers_mut();
     h.insert(
         "content-type",
