@@ -13,8 +13,19 @@ use tokio::time::Instant;
 use tower::{Layer, Service};
 
 use super::metrics::Metrics;
-use crate::proxy::Outcome;
+use crate::cache::{CachePhase, NoCacheReason};
+use crate::catalog::route::Operation;
 use crate::wire::body::Body;
+
+/// What the handler did with a request, set on every response it writes: what this layer
+/// counts and logs.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    pub operation: Operation,
+    pub phase: Option<CachePhase>,
+    pub reason: Option<NoCacheReason>,
+    pub request_id: std::sync::Arc<str>,
+}
 
 #[derive(Clone)]
 pub struct AccessLogLayer {

@@ -22,6 +22,7 @@ use crate::catalog::route::{classify, operation_of, Operation, Route};
 use crate::catalog::writes;
 use crate::config::Settings;
 use crate::error::{self, ProxyError};
+use crate::ops::access_log::Outcome;
 use crate::origin::{ClientRequest, OriginRequest};
 use crate::policy::stage::Shape;
 use crate::policy::Policy;
@@ -29,15 +30,6 @@ use crate::state::State;
 use crate::wire::body::Body;
 
 pub static X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
-
-/// What the access log and the metrics record of an answer; set on every response.
-#[derive(Debug, Clone)]
-pub struct Outcome {
-    pub operation: Operation,
-    pub phase: Option<CachePhase>,
-    pub reason: Option<NoCacheReason>,
-    pub request_id: Arc<str>,
-}
 
 /// One request, as every part of the handler sees it.
 pub struct Exchange<'a> {
