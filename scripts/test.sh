@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh clone: installs what the tests need (scripts/test-env.sh:
-# SeaweedFS, pyiceberg, DuckDB, PyYAML, iceberg-js; promtool and systemd-analyze from Debian;
-# the rustberg catalog built from crates.io into ~/.cache/icecache), starts the real catalog
-# once on loopback, runs `cargo test` and the Rust-client crate, and stops what it started.
+# SeaweedFS, pyiceberg, DuckDB, PyYAML, iceberg-js; promtool, systemd-analyze and redis-server
+# from Debian; the rustberg catalog built from crates.io into ~/.cache/icecache), starts the
+# real catalog once on loopback, runs `cargo test` and the Rust-client crate, and stops what it started.
 # Every test must run: one that cannot fails (ICECACHE_TEST_REQUIRE_ALL), and the closing line
 # counts what ran.
 set -euo pipefail
@@ -23,6 +23,12 @@ if ! command -v systemd-analyze >/dev/null 2>&1; then
   echo "test.sh: installing systemd-analyze (Debian package systemd)"
   apt_update
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends systemd >/dev/null
+fi
+
+if ! command -v redis-server >/dev/null 2>&1; then
+  echo "test.sh: installing redis-server (Debian package redis-server; the tests start their own)"
+  apt_update
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends redis-server >/dev/null
 fi
 
 # rustberg, the one catalog here that sends ETags and answers 304: built once, then cached.

@@ -10,6 +10,7 @@
 
 pub mod cache;
 pub mod catalog;
+pub mod cluster;
 pub mod config;
 pub mod error;
 #[doc(hidden)]

@@ -14,6 +14,7 @@ use tower::ServiceBuilder;
 use tower_http::sensitive_headers::SetSensitiveRequestHeadersLayer;
 
 use crate::cache::Cache;
+use crate::cluster::Cluster;
 use crate::config::{self, RawSettings, Settings};
 use crate::listener::server::{self, Limits};
 use crate::listener::{header_case, tls};
@@ -44,6 +45,8 @@ pub enum RunError {
     Thread(std::io::Error),
     #[error("a proxy worker failed: {0}")]
     Worker(#[from] std::io::Error),
+    #[error(transparent)]
+    Cluster(#[from] crate::cluster::ClusterError),
 }
 
 /// How to re-read the configuration on SIGHUP: the command line's raw settings (flags and
@@ -106,12 +109,39 @@ pub async fn run(
         max_connections: settings.max_connections,
         shutdown_grace: settings.shutdown_grace,
     };
-    let identity =
-        IdentityHasher::random(settings.identity_headers.clone()).map_err(RunError::Random)?;
-    let cache = settings
-        .cache
-        .enabled
-        .then(|| Cache::new(&settings, origin.clone(), metrics.clone(), case.clone()));
+    // Replicas of a tier must agree on scopes: they key them with the shared secret.
+    let identity = match &settings.cluster {
+        Some(cluster) => IdentityHasher::with_key(
+            cluster.key.subkey("scopes"),
+            settings.identity_headers.clone(),
+        ),
+        None => {
+            IdentityHasher::random(settings.identity_headers.clone()).map_err(RunError::Random)?
+        }
+    };
+    let cluster = match (&settings.cluster, settings.cache.enabled) {
+        (Some(cluster), true) => Some(Cluster::start(cluster.clone(), metrics.clone())?),
+        _ => None,
+    };
+    let cache = settings.cache.enabled.then(|| {
+        Cache::new(
+            &settings,
+            origin.clone(),
+            cluster.clone(),
+            metrics.clone(),
+            case.clone(),
+        )
+    });
+    if let (Some(cluster), Some(cache)) = (&cluster, &cache) {
+        if let Some(mut announced) = cluster.invalidations() {
+            let cache = cache.clone();
+            tokio::spawn(async move {
+                while let Some(touched) = announced.recv().await {
+                    cache.invalidate(&touched, "cluster");
+                }
+            });
+        }
+    }
     tracing::info!(
         listen = %settings.listen,
         admin = %settings.admin_listen,

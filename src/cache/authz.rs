@@ -27,6 +27,7 @@ impl Cache {
             leader: ask.caller.scope,
             settings: ask.settings.clone(),
             bypass: None,
+            remote: ask.coordination.tokens().cloned(),
         };
         let outcome = self.produce(fill).await;
         self.metrics.authz(match &outcome {

@@ -14,6 +14,7 @@ use tokio::time::Instant;
 
 use super::key::CacheKey;
 use super::vary::Varies;
+use crate::cluster::Tokens;
 
 /// What a fill produced, ready to serve.
 #[derive(Debug)]
@@ -37,6 +38,9 @@ pub struct Content {
     pub length: usize,
     /// The request headers the answer varies on, with the values it was fetched with.
     pub vary: Varies,
+    /// Whether the tier may share it through Redis: no vended credential in it, and small
+    /// enough.
+    pub shareable: bool,
 }
 
 #[derive(Debug)]
@@ -125,6 +129,11 @@ pub struct Entry {
     /// The policy it was filled under; under any other it is never served.
     pub policy_generation: u64,
     pub ticket: FillTicket,
+    /// Its table's tokens in Redis when the catalog was asked (several replicas): under
+    /// read-your-writes the entry is current only while they are.
+    pub remote: Option<Tokens>,
+    /// Read from an entry another replica shared (its filler's request says `SHARED`).
+    pub from_tier: bool,
 }
 
 impl Entry {
@@ -134,6 +143,7 @@ impl Entry {
         servable_until: Option<Instant>,
         policy_generation: u64,
         ticket: FillTicket,
+        remote: Option<Tokens>,
     ) -> Entry {
         Entry {
             content,
@@ -141,17 +151,20 @@ impl Entry {
             servable_until,
             policy_generation,
             ticket,
+            remote,
+            from_tier: false,
         }
     }
 
     /// The same content confirmed again at `now` (the catalog answered 304).
-    pub fn refreshed(&self, now: Instant, ticket: FillTicket) -> Entry {
+    pub fn refreshed(&self, now: Instant, ticket: FillTicket, remote: Option<Tokens>) -> Entry {
         Entry::new(
             self.content.clone(),
             now,
             self.servable_until,
             self.policy_generation,
             ticket,
+            remote,
         )
     }
 

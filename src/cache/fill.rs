@@ -12,8 +12,10 @@ use tokio::time::Instant;
 use super::entry::{Content, Entry, FillTicket, Gzipped};
 use super::key::{CacheKey, Snapshots};
 use super::phase::NoCacheReason;
+use super::tier::TierFill;
 use super::vary::Varies;
 use super::Cache;
+use crate::cluster::Tokens;
 use crate::config::Settings;
 use crate::origin::{OriginError, OriginRequest};
 use crate::policy::identity::Scope;
@@ -79,6 +81,7 @@ pub enum Purpose {
 }
 
 /// One request to the catalog on a key's behalf.
+#[derive(Clone)]
 pub struct Fill {
     pub purpose: Purpose,
     /// None for a request without a key (a bypass).
@@ -94,11 +97,36 @@ pub struct Fill {
     pub settings: Arc<Settings>,
     /// Why it is not going to be stored, when known before asking.
     pub bypass: Option<NoCacheReason>,
+    /// The table's tokens in Redis, read before the catalog is asked (several replicas).
+    pub remote: Option<Tokens>,
 }
 
 impl Cache {
+    /// Produces what the fill's callers may get: from an entry another replica shared, after
+    /// another replica's fill (its lease), or from the catalog.
+    pub(super) async fn produce(&self, mut fill: Fill) -> FillOutcome {
+        let Some(tier) = self.tier_fill(&mut fill).await else {
+            return self.ask_catalog(fill).await;
+        };
+        match tier {
+            TierFill::Shared(entry) => self.keep(&fill, entry),
+            TierFill::Alone => self.ask_catalog(fill).await,
+            TierFill::Lead(identity) => {
+                let outcome = self.ask_catalog_for_tier(&fill).await;
+                self.after_lead(&fill, &identity, &outcome).await;
+                outcome
+            }
+        }
+    }
+
+    /// Asks the catalog; the tier's lease, if held, is the caller's to give back.
+    async fn ask_catalog_for_tier(&self, fill: &Fill) -> FillOutcome {
+        self.ask_catalog(fill.clone()).await
+    }
+
     /// Asks the catalog and produces what the fill's callers may get.
-    pub(super) async fn produce(&self, fill: Fill) -> FillOutcome {
+    pub(super) async fn ask_catalog(&self, fill: Fill) -> FillOutcome {
+        let passthrough = fill.policy.credentials == Credentials::Passthrough;
         // Freshness counts from when the catalog was asked, not from when it finished.
         let requested_at = Instant::now();
         let upstream_etag = fill
@@ -106,7 +134,6 @@ impl Cache {
             .as_ref()
             .and_then(|e| e.content.upstream_etag.clone());
         let request = fill.request.conditional(upstream_etag.as_ref());
-        let passthrough = fill.policy.credentials == Credentials::Passthrough;
         let limit = if passthrough {
             usize::try_from(fill.settings.cache.max_entry_bytes).unwrap_or(usize::MAX)
         } else {
@@ -217,7 +244,8 @@ impl Cache {
         requested_at: Instant,
     ) -> FillOutcome {
         let settings = &fill.settings.cache;
-        let vended = processed.processed.vended.unwrap_or_default();
+        let passthrough = fill.policy.credentials == Credentials::Passthrough;
+        let vended = processed.processed.vended.clone().unwrap_or_default();
         let servable = vended.servable_for(settings.fresh_for);
         let retained =
             settings.fresh_for + settings.stale_if_error.max(settings.stale_while_revalidate);
@@ -257,6 +285,11 @@ impl Cache {
             .as_ref()
             .filter(|old| old.content.etag == processed.etag)
             .map(|old| old.content.clone());
+        // Shared with the tier only within the cap (compressed), and under passthrough only
+        // when the body holds nothing a secret could be in.
+        let shared_size = gzip.as_ref().map_or(body.len(), |g| g.body.len());
+        let shareable = !(passthrough && (vended.has_secrets || vended.has_unknown_keys))
+            && u64::try_from(shared_size).unwrap_or(u64::MAX) <= self.shared_cap();
         let content = unchanged.unwrap_or_else(|| {
             Arc::new(Content {
                 id: Content::next_id(),
@@ -268,6 +301,7 @@ impl Cache {
                 upstream_etag: processed.upstream_etag,
                 length: processed.pieces.iter().map(Bytes::len).sum(),
                 vary,
+                shareable,
             })
         });
         let entry = Arc::new(Entry::new(
@@ -276,6 +310,7 @@ impl Cache {
             servable.map(|s| requested_at + s),
             fill.policy.generation,
             ticket,
+            fill.remote.clone(),
         ));
         self.keep(&fill, entry)
     }
@@ -294,7 +329,8 @@ impl Cache {
         }
         match &fill.ticket {
             Some(ticket) => {
-                let entry = Arc::new(old.refreshed(requested_at, ticket.clone()));
+                let entry =
+                    Arc::new(old.refreshed(requested_at, ticket.clone(), fill.remote.clone()));
                 self.keep(fill, entry)
             }
             None => FillOutcome::Failed(OriginError::UnexpectedNotModified),
@@ -311,7 +347,9 @@ impl Cache {
         if !stored {
             self.metrics.bypass(NoCacheReason::Superseded.as_str());
         }
-        if fill.policy.identity == Identity::Revalidate {
+        // The catalog let the leader in only if it asked: an entry another replica shared
+        // says nothing about this caller, who is checked like any other.
+        if fill.policy.identity == Identity::Revalidate && !entry.from_tier {
             self.confirmations.confirm(
                 entry.content.id,
                 fill.leader,
@@ -499,7 +537,7 @@ fn gzip(body: &[u8]) -> std::io::Result<Bytes> {
 }
 
 /// The gzip representation's own strong ETag: a different representation of the same version.
-fn gzip_etag(etag: &HeaderValue) -> HeaderValue {
+pub(super) fn gzip_etag(etag: &HeaderValue) -> HeaderValue {
     let tag = etag.to_str().unwrap_or("\"\"").trim_end_matches('"');
     HeaderValue::from_str(&format!("{tag}-gzip\"")).unwrap_or_else(|_| etag.clone())
 }

@@ -96,6 +96,33 @@ impl CacheKey {
         })
     }
 
+    /// The key as bytes, with the policy it is filled under: what names its entry across the
+    /// replicas of a tier (which agree on scopes and policy generations).
+    pub fn identity(&self, policy_generation: u64) -> Vec<u8> {
+        let mut out = Vec::with_capacity(128);
+        let mut field = |bytes: &[u8]| {
+            out.extend_from_slice(&u64::try_from(bytes.len()).unwrap_or(u64::MAX).to_le_bytes());
+            out.extend_from_slice(bytes);
+        };
+        field(self.table.prefix.as_deref().unwrap_or("\0").as_bytes());
+        for part in &self.table.namespace {
+            field(part.as_bytes());
+        }
+        field(b"\xff");
+        field(self.table.table.as_bytes());
+        field(self.snapshots.as_str().as_bytes());
+        field(self.delegation.as_deref().unwrap_or("\0").as_bytes());
+        for view in self.referenced_by.iter().flatten() {
+            for part in view {
+                field(part.as_bytes());
+            }
+            field(b"\xfe");
+        }
+        field(self.scope.as_bytes());
+        field(&policy_generation.to_le_bytes());
+        out
+    }
+
     /// Bytes this key holds (for the memory bound: it is kept in the store and its index).
     pub fn weight(&self) -> usize {
         let table = &self.table;

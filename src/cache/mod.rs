@@ -22,8 +22,10 @@ mod key;
 pub mod phase;
 mod respond;
 mod store;
+mod tier;
 mod vary;
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -38,6 +40,7 @@ pub use respond::{mark, X_CACHE};
 
 use crate::catalog::names::LooseName;
 use crate::catalog::writes::Touched;
+use crate::cluster::{Cluster, Tokens};
 use crate::config::Settings;
 use crate::ops::metrics::Metrics;
 use crate::origin::{Origin, OriginError, OriginRequest};
@@ -50,6 +53,7 @@ use confirmations::Confirmations;
 use entry::{Entry, FillTicket};
 use fill::{Fill, FillOutcome, Purpose};
 use store::Store;
+use tier::Coordination;
 
 /// Who is asking, under which policy, and what they already hold.
 #[derive(Clone)]
@@ -70,6 +74,25 @@ pub struct Ask {
     pub caller: Caller,
     /// The settings in force when the request arrived.
     pub settings: Arc<Settings>,
+    /// How the tier (if any) lets this lookup use what is held, learned as it starts.
+    coordination: Coordination,
+}
+
+impl Ask {
+    pub fn new(
+        key: CacheKey,
+        request: OriginRequest,
+        caller: Caller,
+        settings: Arc<Settings>,
+    ) -> Ask {
+        Ask {
+            key,
+            request,
+            caller,
+            settings,
+            coordination: Coordination::Local,
+        }
+    }
 }
 
 /// What the cache made of a request.
@@ -102,14 +125,28 @@ pub struct Failure {
     pub error: CacheError,
 }
 
-/// What a fill in flight was started under: a request may join it only while both hold.
+/// What a fill in flight was started under: a request may join it only while all hold.
 struct FillMeta {
     ticket: FillTicket,
     policy_generation: u64,
+    /// The table's tokens in Redis it was started under (read-your-writes).
+    remote: Option<Tokens>,
+    /// Whether it has asked the catalog yet (a lookup that must see the catalog's state as of
+    /// its own arrival joins only fills that have not).
+    asked: Arc<AtomicBool>,
+    /// Whether it waits a moment for others to join before it asks (Redis down, `revalidate`).
+    gathers: bool,
 }
+
+/// How long a fill that must be joined before it asks waits for company.
+const GATHER: Duration = Duration::from_millis(2);
 
 pub struct Cache {
     store: Store,
+    /// The other replicas of the tier, through Redis.
+    cluster: Option<Arc<Cluster>>,
+    /// How long entries are kept at all (and shared with the tier).
+    retain_for: Duration,
     confirmations: Confirmations,
     /// `cache.max_bytes`: the entries' and the confirmations' budgets together.
     max_bytes: u64,
@@ -129,6 +166,7 @@ impl Cache {
     pub fn new(
         settings: &Settings,
         origin: Arc<Origin>,
+        cluster: Option<Arc<Cluster>>,
         metrics: Arc<Metrics>,
         case: Extensions,
     ) -> Arc<Self> {
@@ -149,6 +187,8 @@ impl Cache {
             ),
             confirmations: Confirmations::new(confirmations_bytes, retain_for),
             max_bytes: cache.max_bytes,
+            cluster,
+            retain_for,
             inflight: Arc::default(),
             origin,
             metrics,
@@ -157,15 +197,39 @@ impl Cache {
     }
 
     /// Answers a loadTable request.
-    pub async fn load(self: &Arc<Self>, ask: Ask) -> Result<Lookup, Failure> {
+    pub async fn load(self: &Arc<Self>, mut ask: Ask) -> Result<Lookup, Failure> {
+        ask.coordination = self.coordinate(&ask.key).await;
         let ask = Arc::new(ask);
         let now = Instant::now();
-        let Some(entry) = self.store.get(&ask.key, ask.caller.policy.generation) else {
-            let (outcome, led) = self.fill(&ask, None).await?;
-            let phase = if led {
-                CachePhase::Miss
-            } else {
-                CachePhase::Coalesced
+        let held = self.store.get(&ask.key, ask.caller.policy.generation);
+        // What may be served as it is, and what may only be revalidated: an entry whose table
+        // moved on in Redis, or any entry while nothing is trusted without the catalog.
+        let servable = match &ask.coordination {
+            Coordination::Local => held.clone(),
+            Coordination::Tokens(tokens) => {
+                held.clone().filter(|e| e.remote.as_ref() == Some(tokens))
+            }
+            Coordination::AskCatalog => None,
+        };
+        let Some(entry) = servable else {
+            let (outcome, led) = self.fill(&ask, held.clone()).await?;
+            let catalog_failed = failed(&outcome);
+            if let Some(stale) =
+                held.filter(|_| catalog_failed && ask.coordination == Coordination::AskCatalog)
+            {
+                // Redis and the catalog both down: the last entry, within stale_if_error.
+                if now.saturating_duration_since(stale.fresh_until(ask.settings.cache.fresh_for))
+                    < ask.settings.cache.stale_if_error
+                    && stale.credentials_servable(now)
+                {
+                    return self.deliver(&ask, &stale, CachePhase::Stale).await;
+                }
+            }
+            let phase = match (led, ask.coordination == Coordination::AskCatalog) {
+                (false, _) => CachePhase::Coalesced,
+                _ if from_tier(&outcome) => CachePhase::Shared,
+                (true, true) => CachePhase::Revalidated,
+                (true, false) => CachePhase::Miss,
             };
             return self.answer(&ask, &outcome, phase).await;
         };
@@ -180,18 +244,14 @@ impl Cache {
             return self.deliver(&ask, &entry, CachePhase::Stale).await;
         }
         let (outcome, led) = self.fill(&ask, Some(entry.clone())).await?;
-        let catalog_failed = match &*outcome {
-            FillOutcome::Failed(_) => true,
-            FillOutcome::Answer(answer) => answer.status.is_server_error(),
-            _ => false,
-        };
-        if catalog_failed && stale_for < windows.stale_if_error && entry.credentials_servable(now) {
+        if failed(&outcome) && stale_for < windows.stale_if_error && entry.credentials_servable(now)
+        {
             return self.deliver(&ask, &entry, CachePhase::Stale).await;
         }
-        let phase = if led {
-            CachePhase::Revalidated
-        } else {
-            CachePhase::Coalesced
+        let phase = match led {
+            false => CachePhase::Coalesced,
+            true if from_tier(&outcome) => CachePhase::Shared,
+            true => CachePhase::Revalidated,
         };
         self.answer(&ask, &outcome, phase).await
     }
@@ -216,6 +276,7 @@ impl Cache {
             leader: caller.scope,
             settings,
             bypass: Some(reason),
+            remote: None,
         };
         let outcome = self.produce(fill).await;
         self.answer_own(&caller, outcome, CachePhase::Bypass)
@@ -267,6 +328,7 @@ impl Cache {
 
     fn fill_for(ask: &Ask, stale: Option<Arc<Entry>>, ticket: FillTicket) -> Fill {
         Fill {
+            remote: ask.coordination.tokens().cloned(),
             purpose: Purpose::Fill,
             key: Some(ask.key.clone()),
             snapshots: ask.key.snapshots,
@@ -284,13 +346,23 @@ impl Cache {
     /// and under the caller's policy; else leads a new one.
     fn join(&self, ask: &Ask) -> Joined<CacheKey, FillMeta, FillOutcome> {
         let generation = ask.caller.policy.generation;
+        let remote = ask.coordination.tokens();
+        let before_it_asks = ask.coordination == Coordination::AskCatalog;
         self.inflight.join_or_lead(
             &ask.key,
             || FillMeta {
                 ticket: self.store.ticket(&ask.key),
                 policy_generation: generation,
+                remote: remote.cloned(),
+                asked: Arc::default(),
+                gathers: before_it_asks,
             },
-            |meta| meta.ticket.is_current() && meta.policy_generation == generation,
+            |meta| {
+                meta.ticket.is_current()
+                    && meta.policy_generation == generation
+                    && meta.remote.as_ref() == remote
+                    && !(before_it_asks && meta.asked.load(Ordering::Acquire))
+            },
         )
     }
 
@@ -305,6 +377,10 @@ impl Cache {
         let fill = Self::fill_for(ask, stale, permit.meta().ticket.clone());
         let cache = self.clone();
         tokio::spawn(async move {
+            if permit.meta().gathers {
+                tokio::time::sleep(GATHER).await;
+            }
+            permit.meta().asked.store(true, Ordering::Release);
             let outcome = cache.produce(fill).await;
             permit.complete(Arc::new(outcome));
         });
@@ -433,7 +509,17 @@ impl Cache {
         })
     }
 
-    /// Invalidates what a write touched; returns how many entries went.
+    /// Invalidates what a write touched, here and (before returning) in every replica of the
+    /// tier; returns how many entries went here.
+    pub async fn invalidate_everywhere(&self, touched: &Touched, reason: &str) -> usize {
+        let removed = self.invalidate(touched, reason);
+        if let Some(cluster) = &self.cluster {
+            cluster.announce(touched).await;
+        }
+        removed
+    }
+
+    /// Invalidates what a write touched in this replica; returns how many entries went.
     pub fn invalidate(&self, touched: &Touched, reason: &str) -> usize {
         let removed = match touched {
             Touched::Tables(tables) => tables.iter().map(|t| self.store.invalidate(t)).sum(),
@@ -445,9 +531,9 @@ impl Cache {
         removed
     }
 
-    /// `POST /cache/purge`: one table, one namespace, or everything; the prefix, being one of
-    /// the spellings a catalog may ignore, does not narrow it.
-    pub fn purge(&self, namespace: Option<&[String]>, table: Option<&str>) -> usize {
+    /// `POST /cache/purge`: one table, one namespace, or everything, in every replica; the
+    /// prefix, being one of the spellings a catalog may ignore, does not narrow it.
+    pub async fn purge(&self, namespace: Option<&[String]>, table: Option<&str>) -> usize {
         let touched = match (namespace, table) {
             (Some(namespace), Some(table)) => {
                 Touched::Tables(vec![LooseName::new(namespace, table)])
@@ -457,7 +543,7 @@ impl Cache {
             }
             _ => Touched::Everything,
         };
-        self.invalidate(&touched, "purge")
+        self.invalidate_everywhere(&touched, "purge").await
     }
 
     /// Entry count and weighted bytes (confirmations included), also written to the gauges.
@@ -482,8 +568,27 @@ impl Cache {
         self.confirmations.usage().0
     }
 
+    /// The cluster, if the cache is one replica of a tier.
+    pub fn cluster(&self) -> Option<&Arc<Cluster>> {
+        self.cluster.as_ref()
+    }
+
     /// Fills in flight and tables indexed: both shrink back to nothing when idle.
     pub fn bookkeeping(&self) -> (usize, usize) {
         (self.inflight.len(), self.store.indexed_tables())
+    }
+}
+
+/// Whether the catalog failed to answer (or answered 5xx).
+/// Whether the fill's entry came from another replica rather than from the catalog.
+fn from_tier(outcome: &FillOutcome) -> bool {
+    matches!(outcome, FillOutcome::Entry(entry) if entry.from_tier)
+}
+
+fn failed(outcome: &FillOutcome) -> bool {
+    match outcome {
+        FillOutcome::Failed(_) => true,
+        FillOutcome::Answer(answer) => answer.status.is_server_error(),
+        _ => false,
     }
 }

@@ -8,6 +8,8 @@ pub enum CachePhase {
     Hit,
     /// Fetched from the catalog by this request.
     Miss,
+    /// Not held here: read from an entry another replica shared in Redis, without the catalog.
+    Shared,
     /// A stale entry (or this caller's right to it) was confirmed or replaced by this request.
     Revalidated,
     /// A stale entry served without confirmation (revalidating in the background, or the
@@ -24,6 +26,7 @@ impl CachePhase {
         match self {
             CachePhase::Hit => "HIT",
             CachePhase::Miss => "MISS",
+            CachePhase::Shared => "SHARED",
             CachePhase::Revalidated => "REVALIDATED",
             CachePhase::Stale => "STALE",
             CachePhase::Coalesced => "COALESCED",

@@ -57,6 +57,41 @@ impl Varies {
         }
     }
 
+    /// The headers and values, as the tier shares them (never a `Vary: *`, which is not
+    /// stored).
+    pub fn to_parts(&self) -> Vec<(String, Vec<Vec<u8>>)> {
+        self.headers
+            .iter()
+            .map(|(name, values)| {
+                (
+                    name.as_str().to_owned(),
+                    values.iter().map(|v| v.as_bytes().to_vec()).collect(),
+                )
+            })
+            .collect()
+    }
+
+    /// Read back from the tier; a part that is not a header makes it match nothing.
+    pub fn from_parts(parts: &[(String, Vec<Vec<u8>>)]) -> Varies {
+        let mut headers = Vec::with_capacity(parts.len());
+        for (name, values) in parts {
+            let (Ok(name), Ok(values)) = (
+                HeaderName::from_bytes(name.as_bytes()),
+                values
+                    .iter()
+                    .map(|v| HeaderValue::from_bytes(v))
+                    .collect::<Result<Vec<_>, _>>(),
+            ) else {
+                return Varies::STAR;
+            };
+            headers.push((name, values));
+        }
+        Varies {
+            headers,
+            star: false,
+        }
+    }
+
     /// `Vary: *`: the answer is the fetching request's alone.
     pub fn is_star(&self) -> bool {
         self.star

@@ -171,6 +171,74 @@ pub struct RawSettings {
     #[command(flatten)]
     #[serde(default)]
     pub cache: RawCache,
+
+    /// Several replicas on Redis; the config file's `[cluster]` table.
+    #[command(flatten)]
+    #[serde(default)]
+    pub cluster: RawCluster,
+}
+
+#[derive(Debug, Default, Clone, Args, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawCluster {
+    /// Redis the replicas of a tier share (redis:// or rediss://, a restricted user in the
+    /// URL); unset: a single-process cache. [key: cluster.redis_url]
+    #[arg(long = "redis-url", env = "ICECACHE_REDIS_URL", hide_env_values = true)]
+    pub redis_url: Option<String>,
+
+    /// File holding the secret the replicas share (at least 32 bytes): it keys identity scopes
+    /// and authenticates what is stored in Redis. Required with redis_url.
+    /// [key: cluster.key_file]
+    #[arg(long = "cluster-key-file", env = "ICECACHE_CLUSTER_KEY_FILE")]
+    pub key_file: Option<PathBuf>,
+
+    /// read-your-writes: a load after any replica answered a write reflects it (a hit waits
+    /// for one shared Redis round trip); bounded: staleness is the delivery delay.
+    /// [default: read-your-writes] [key: cluster.consistency]
+    #[arg(
+        long = "cluster-consistency",
+        env = "ICECACHE_CLUSTER_CONSISTENCY",
+        value_enum
+    )]
+    pub consistency: Option<crate::cluster::Consistency>,
+
+    /// While Redis is unreachable: revalidate (every load asks the catalog, so
+    /// read-your-writes holds) or local (each replica on its own freshness).
+    /// [default: revalidate] [key: cluster.on_redis_down]
+    #[arg(long = "on-redis-down", env = "ICECACHE_ON_REDIS_DOWN", value_enum)]
+    pub on_redis_down: Option<crate::cluster::OnRedisDown>,
+
+    /// Largest body (compressed) shared through Redis; larger ones stay in each replica.
+    /// [default: 4MiB] [key: cluster.max_shared_bytes]
+    #[arg(
+        long = "cluster-max-shared-bytes",
+        env = "ICECACHE_CLUSTER_MAX_SHARED_BYTES"
+    )]
+    pub max_shared_bytes: Option<SizeText>,
+
+    /// How long a replica filling a table for the tier holds the lease (others wait at most
+    /// this long for it). [default: 5s] [key: cluster.lease]
+    #[arg(long = "cluster-lease", env = "ICECACHE_CLUSTER_LEASE")]
+    pub lease: Option<String>,
+
+    /// The longest a hit waits to join a shared round trip to Redis (read-your-writes): one
+    /// round per interval serves every hit that arrived in it. [default: 2ms]
+    /// [key: cluster.barrier_interval]
+    #[arg(
+        long = "cluster-barrier-interval",
+        env = "ICECACHE_CLUSTER_BARRIER_INTERVAL"
+    )]
+    pub barrier_interval: Option<String>,
+
+    /// A Redis command not answered within this makes the replica degraded.
+    /// [default: 500ms] [key: cluster.redis_timeout]
+    #[arg(long = "cluster-redis-timeout", env = "ICECACHE_CLUSTER_REDIS_TIMEOUT")]
+    pub redis_timeout: Option<String>,
+
+    /// Prefix of every Redis key and channel icecache uses. [default: icecache]
+    /// [key: cluster.key_prefix]
+    #[arg(long = "cluster-key-prefix", env = "ICECACHE_CLUSTER_KEY_PREFIX")]
+    pub key_prefix: Option<String>,
 }
 
 #[derive(Debug, Default, Clone, Args, Deserialize)]
@@ -260,6 +328,22 @@ impl RawSettings {
     /// `self` with every setting that `over` has replaced by `over`'s.
     pub fn overlay(self, over: RawSettings) -> RawSettings {
         let under = self;
+        let (over_cluster, under_cluster) = (over.cluster, under.cluster);
+        let cluster = overlay!(
+            over_cluster,
+            under_cluster,
+            RawCluster {
+                redis_url,
+                key_file,
+                consistency,
+                on_redis_down,
+                max_shared_bytes,
+                lease,
+                barrier_interval,
+                redis_timeout,
+                key_prefix
+            }
+        );
         let (over_cache, under_cache) = (over.cache, under.cache);
         let cache = overlay!(
             over_cache,
@@ -310,7 +394,8 @@ impl RawSettings {
                 upstream_client_cert,
                 upstream_client_key
             },
-            cache
+            cache,
+            cluster
         )
     }
 
@@ -337,7 +422,7 @@ fn setting_errors(table: &toml::Table) -> Vec<ConfigError> {
     };
     for (key, value) in table {
         match (key.as_str(), value) {
-            ("cache" | "inject" | "prefixes", toml::Value::Table(inner)) => {
+            ("cache" | "cluster" | "inject" | "prefixes", toml::Value::Table(inner)) => {
                 for (sub, inner_value) in inner {
                     let nested: toml::Table =
                         [(sub.clone(), inner_value.clone())].into_iter().collect();

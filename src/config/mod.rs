@@ -16,9 +16,10 @@ use http::HeaderName;
 use thiserror::Error;
 
 pub use cli::{parse, Cli, Command, Parsed};
-pub use file::{RawCache, RawSettings};
+pub use file::{RawCache, RawCluster, RawSettings};
 pub use validate::ConfigErrors;
 
+use crate::cluster::settings::{self as cluster, ClusterSettings};
 use crate::listener::tls::{ListenerTls, UpstreamTls};
 use crate::ops::logging::LogFormat;
 use crate::origin::UpstreamUrl;
@@ -95,6 +96,28 @@ pub fn documented_defaults() -> Vec<(&'static str, String)> {
             "cache.stale_if_error",
             show_duration(DEFAULT_STALE_IF_ERROR),
         ),
+        (
+            "cluster.consistency",
+            cluster::DEFAULT_CONSISTENCY.as_str().to_owned(),
+        ),
+        (
+            "cluster.on_redis_down",
+            cluster::DEFAULT_ON_REDIS_DOWN.as_str().to_owned(),
+        ),
+        (
+            "cluster.max_shared_bytes",
+            show_size(cluster::DEFAULT_MAX_SHARED_BYTES),
+        ),
+        ("cluster.lease", show_duration(cluster::DEFAULT_LEASE)),
+        (
+            "cluster.barrier_interval",
+            show_duration(cluster::DEFAULT_BARRIER_INTERVAL),
+        ),
+        (
+            "cluster.redis_timeout",
+            show_duration(cluster::DEFAULT_REDIS_TIMEOUT),
+        ),
+        ("cluster.key_prefix", cluster::DEFAULT_KEY_PREFIX.to_owned()),
     ]
 }
 
@@ -174,6 +197,8 @@ pub struct Settings {
     pub identity_headers: Vec<HeaderName>,
     pub authz_ttl: Duration,
     pub cache: CacheSettings,
+    /// Several replicas on Redis; None: a single-process cache.
+    pub cluster: Option<ClusterSettings>,
 }
 
 /// The settings a run uses: the raw command-line layer over the file it names, validated.
@@ -223,6 +248,7 @@ impl Settings {
             identity_headers => "auth_headers",
             cache.enabled => "cache.enabled",
             cache.max_bytes => "cache.max_bytes",
+            cluster => "cluster.*",
         }
         (new, kept)
     }
@@ -291,6 +317,29 @@ impl Settings {
             .collect();
         lines.push(format!("identity headers = {headers:?}"));
         lines.push(format!("authz_ttl = {}", show_duration(self.authz_ttl)));
+        match &self.cluster {
+            None => lines.push("cluster = (single process)".to_owned()),
+            Some(c) => {
+                lines.push(format!("cluster.redis_url = {}", c.redis_url.shown()));
+                lines.push("cluster.key_file = (read)".to_owned());
+                lines.push(format!("cluster.consistency = {}", c.consistency.as_str()));
+                lines.push(format!(
+                    "cluster.on_redis_down = {}",
+                    c.on_redis_down.as_str()
+                ));
+                lines.push(format!("cluster.max_shared_bytes = {}", c.max_shared_bytes));
+                lines.push(format!("cluster.lease = {}", show_duration(c.lease)));
+                lines.push(format!(
+                    "cluster.barrier_interval = {}",
+                    show_duration(c.barrier_interval)
+                ));
+                lines.push(format!(
+                    "cluster.redis_timeout = {}",
+                    show_duration(c.redis_timeout)
+                ));
+                lines.push(format!("cluster.key_prefix = {}", c.key_prefix));
+            }
+        }
         lines.join("\n") + "\n"
     }
 }

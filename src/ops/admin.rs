@@ -18,7 +18,7 @@ pub async fn handle<B>(state: Arc<State>, request: Request<B>) -> Response<Body>
         (&Method::GET, "/readyz") => readiness(&state).await,
         (&Method::GET, "/metrics") => metrics(&state),
         (&Method::GET, "/cache/stats") => stats(&state),
-        (&Method::POST, "/cache/purge") => purge(&state, &request),
+        (&Method::POST, "/cache/purge") => purge(&state, &request).await,
         _ => iceberg_error(
             StatusCode::NOT_FOUND,
             "NotFoundException",
@@ -115,7 +115,7 @@ fn authorised(request: &Request<impl Sized>, token: &str) -> bool {
 /// `POST /cache/purge` empties everything; `?namespace=a%1Fb` one namespace;
 /// `?namespace=a&table=t` one table (every spelling of it). `prefix=p` is accepted and does
 /// not narrow the purge: a catalog may serve one table under several prefixes.
-fn purge<B>(state: &State, request: &Request<B>) -> Response<Body> {
+async fn purge<B>(state: &State, request: &Request<B>) -> Response<Body> {
     if let Some(token) = &state.settings().admin_token {
         if !authorised(request, token.expose()) {
             return iceberg_error(
@@ -166,7 +166,7 @@ fn purge<B>(state: &State, request: &Request<B>) -> Response<Body> {
             "purging a table needs its namespace too",
         );
     }
-    let purged = cache.purge(namespace.as_deref(), table.as_deref());
+    let purged = cache.purge(namespace.as_deref(), table.as_deref()).await;
     json(&serde_json::json!({ "purged": purged }))
 }
 

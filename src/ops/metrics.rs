@@ -31,6 +31,17 @@ pub struct Metrics {
     pub credentials_refused: IntCounter,
     authz_revalidations: IntCounterVec,
     config_reloads: IntCounterVec,
+    cluster_redis_commands: IntCounterVec,
+    cluster_redis_errors: IntCounter,
+    pub cluster_degraded: IntGauge,
+    pub cluster_subscribed: IntGauge,
+    cluster_shared_entries: IntCounterVec,
+    pub cluster_published: IntCounter,
+    cluster_received_messages: IntCounterVec,
+    pub cluster_propagation: Histogram,
+    cluster_round_lookups_total: IntCounter,
+    pub cluster_lease_waits: IntCounter,
+    pub cluster_lease_wait: Histogram,
 }
 
 fn register<T: prometheus::core::Collector + Clone + 'static>(registry: &Registry, metric: T) -> T {
@@ -55,6 +66,15 @@ fn histogram_vec(registry: &Registry, name: &str, help: &str, labels: &[&str]) -
     register(
         registry,
         HistogramVec::new(HistogramOpts::new(name, help).buckets(buckets), labels)
+            .expect("a valid metric"),
+    )
+}
+
+fn histogram(registry: &Registry, name: &str, help: &str) -> Histogram {
+    let buckets = exponential_buckets(0.0001, 2.0, 20).expect("valid buckets");
+    register(
+        registry,
+        Histogram::with_opts(HistogramOpts::new(name, help).buckets(buckets))
             .expect("a valid metric"),
     )
 }
@@ -200,6 +220,68 @@ impl Metrics {
                 "Configuration reloads on SIGHUP, by result (applied, rejected).",
                 &["result"],
             ),
+            cluster_redis_commands: counter_vec(
+                &r,
+                "icecache_cluster_redis_round_trips_total",
+                "Round trips to Redis, by what they were for (round, announce, shared_get, \
+                 shared_put, lease, release, lease_check, instance, recover).",
+                &["op"],
+            ),
+            cluster_redis_errors: counter(
+                &r,
+                "icecache_cluster_redis_errors_total",
+                "Times Redis failed a command and the replica became degraded.",
+            ),
+            cluster_degraded: gauge(
+                &r,
+                "icecache_cluster_degraded",
+                "1 while this replica cannot trust Redis (loads follow cluster.on_redis_down).",
+            ),
+            cluster_subscribed: gauge(
+                &r,
+                "icecache_cluster_subscribed",
+                "1 while this replica hears the other replicas' announcements (under bounded, \
+                 loads read Redis's tokens while it does not).",
+            ),
+            cluster_shared_entries: counter_vec(
+                &r,
+                "icecache_cluster_shared_total",
+                "Entries shared through Redis, by result (hit, miss, stale, rejected, stored, \
+                 kept_local).",
+                &["result"],
+            ),
+            cluster_published: counter(
+                &r,
+                "icecache_cluster_invalidations_published_total",
+                "Writes announced to the other replicas.",
+            ),
+            cluster_received_messages: counter_vec(
+                &r,
+                "icecache_cluster_invalidations_received_total",
+                "Announcements received from other replicas, by result (ok, unreadable).",
+                &["result"],
+            ),
+            cluster_propagation: histogram(
+                &r,
+                "icecache_cluster_propagation_seconds",
+                "Time from a replica announcing a write to this replica receiving it.",
+            ),
+            cluster_round_lookups_total: counter(
+                &r,
+                "icecache_cluster_round_lookups_total",
+                "Lookups answered by a shared token round (rounds are counted in \
+                 icecache_cluster_redis_round_trips_total{op=\"round\"}).",
+            ),
+            cluster_lease_waits: counter(
+                &r,
+                "icecache_cluster_lease_waits_total",
+                "Fills that waited for another replica holding the lease.",
+            ),
+            cluster_lease_wait: histogram(
+                &r,
+                "icecache_cluster_lease_wait_seconds",
+                "How long a fill waited for another replica's lease.",
+            ),
             registry: r,
         }
         .with_known_series()
@@ -277,6 +359,31 @@ impl Metrics {
 
     pub fn reload(&self, result: &str) {
         self.config_reloads.with_label_values(&[result]).inc();
+    }
+
+    pub fn cluster_redis(&self, op: &str) {
+        self.cluster_redis_commands.with_label_values(&[op]).inc();
+    }
+
+    pub fn cluster_redis_error(&self) {
+        self.cluster_redis_errors.inc();
+    }
+
+    pub fn cluster_shared(&self, result: &str) {
+        self.cluster_shared_entries
+            .with_label_values(&[result])
+            .inc();
+    }
+
+    pub fn cluster_received(&self, result: &str) {
+        self.cluster_received_messages
+            .with_label_values(&[result])
+            .inc();
+    }
+
+    pub fn cluster_round_lookups(&self, lookups: usize) {
+        self.cluster_round_lookups_total
+            .inc_by(u64::try_from(lookups).unwrap_or(u64::MAX));
     }
 
     /// Counter values of one vector by one label, summed over the others (for `/cache/stats`).

@@ -82,10 +82,33 @@ fn sections(members: &Members) -> Result<Sections, serde_json::Error> {
     })
 }
 
+/// Config keys known to be settings, never secrets (FileIO endpoints, regions, switches).
+const SETTINGS_KEYS: &[&str] = &[
+    "s3.endpoint",
+    "s3.region",
+    "client.region",
+    "s3.path-style-access",
+    "s3.remote-signing-enabled",
+    "s3.signer.uri",
+    "s3.signer.endpoint",
+    "s3.cross-region-access-enabled",
+    "s3.checksum-enabled",
+    "s3.delete-enabled",
+    "s3.acl",
+    "s3.sse.type",
+    "gcs.project-id",
+    "gcs.service.host",
+    "io-impl",
+    "rest-page-size",
+];
+
 /// What a body vends.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Vended {
     pub has_secrets: bool,
+    /// A config key that is neither a known credential nor a known setting: it may hold a
+    /// secret icecache cannot name (kept out of anything shared beyond this process).
+    pub has_unknown_keys: bool,
     /// The earliest expiry, in milliseconds since the epoch.
     pub earliest_expiry_ms: Option<u64>,
 }
@@ -125,10 +148,14 @@ fn vended_by<'a>(configs: impl Iterator<Item = &'a HashMap<String, Value>>) -> V
     for config in configs {
         for (key, value) in config {
             let key = key.as_str();
+            let expiry =
+                EXPIRY_KEYS.contains(&key) || EXPIRY_PREFIXES.iter().any(|p| key.starts_with(p));
             if CREDENTIAL_KEYS.matches(key) {
                 vended.has_secrets = true;
+            } else if !expiry && !SETTINGS_KEYS.contains(&key) {
+                vended.has_unknown_keys = true;
             }
-            if EXPIRY_KEYS.contains(&key) || EXPIRY_PREFIXES.iter().any(|p| key.starts_with(p)) {
+            if expiry {
                 // An expiry that does not parse is treated as already past: never cache on a guess.
                 let expiry = match value {
                     Value::String(s) => s.trim().parse::<u64>().unwrap_or(0),
@@ -359,12 +386,14 @@ mod tests {
         let short = Vended {
             has_secrets: true,
             earliest_expiry_ms: Some(now_ms + 2_000),
+            ..Vended::default()
         };
         let servable = short.servable_for(Duration::from_secs(5)).unwrap();
         assert!(servable <= Duration::from_millis(1_000) && servable > Duration::from_millis(900));
         let long = Vended {
             has_secrets: true,
             earliest_expiry_ms: Some(now_ms + 3_600_000),
+            ..Vended::default()
         };
         let servable = long.servable_for(Duration::from_secs(5)).unwrap();
         assert!(servable > Duration::from_secs(3_290) && servable <= Duration::from_secs(3_300));

@@ -17,6 +17,10 @@ impl Scope {
     /// The one scope of entries every caller may be served from (identity `shared` and
     /// `revalidate`); no hash of credentials can equal it except by a 2^-128 chance.
     pub const SHARED: Scope = Scope([0; 16]);
+
+    pub fn as_bytes(&self) -> &[u8; 16] {
+        &self.0
+    }
 }
 
 pub struct IdentityHasher {

@@ -43,7 +43,8 @@ pub async fn serve(
             .iter()
             .cloned()
             .collect::<Vec<HeaderValue>>(),
-        accepts_gzip: accepts_gzip(&sent.headers),
+        // The client's own Accept-Encoding: the catalog may have been asked for identity.
+        accepts_gzip: accepts_gzip(&parts.headers),
     };
     let separator = exchange.state.separator.get();
     let key = CacheKey::for_load_table(
@@ -55,12 +56,12 @@ pub async fn serve(
     );
     let lookup = match key {
         Ok(key) => {
-            let ask = Ask {
+            let ask = Ask::new(
                 key,
-                request: sent.clone().for_fill(),
+                sent.clone().for_fill(),
                 caller,
-                settings: exchange.settings.clone(),
-            };
+                exchange.settings.clone(),
+            );
             cache.load(ask).await
         }
         Err(reason) if policy.credentials == Credentials::Passthrough => {

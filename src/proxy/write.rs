@@ -45,7 +45,9 @@ pub async fn serve(
         };
         if may_have_happened {
             if let Some(cache) = &cache {
-                cache.invalidate(&touched, operation.as_str());
+                cache
+                    .invalidate_everywhere(&touched, operation.as_str())
+                    .await;
             }
         }
         result

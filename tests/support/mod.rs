@@ -2,6 +2,7 @@
 //! counting relay between them, and pyiceberg.
 #![allow(dead_code)] // each test binary uses a different part of the harness
 
+pub mod cluster;
 pub mod fake;
 pub mod relay;
 pub mod standin;
@@ -171,6 +172,12 @@ impl Icecache {
             std::thread::sleep(Duration::from_millis(25));
         }
         panic!("icecache did not exit within 10 s of SIGTERM");
+    }
+
+    /// Kills the process with SIGKILL (no cleanup, as a crash or an OOM kill would).
+    pub fn kill_now(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
 

@@ -225,10 +225,10 @@ pub fn table_result(
     let expires = SystemTime::now().duration_since(UNIX_EPOCH).unwrap() + shape.lifetime;
     let mut config = json!({ "s3.endpoint": "http://s3.local", "client.region": "eu-west-1" });
     let mut storage = json!([]);
+    for (key, value) in &shape.extra_config {
+        config[*key] = json!(format!("{value}-{caller}-{n}"));
+    }
     if vend {
-        for (key, value) in &shape.extra_config {
-            config[*key] = json!(format!("{value}-{caller}-{n}"));
-        }
         config["s3.access-key-id"] = json!(format!("AK-{caller}-{n}"));
         config["s3.secret-access-key"] = json!(format!("SK-{caller}-{n}"));
         config["s3.session-token"] = json!(format!("ST-{caller}-{n}"));

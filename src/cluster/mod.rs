@@ -1,0 +1,405 @@
+//! Several replicas as one cache, coordinated through Redis (no protocol of icecache's own).
+//!
+//! - **Tokens are the truth.** Each table has a version in Redis (with its namespaces', the
+//!   epoch's and the dataset's); a write through any replica moves the versions of what it
+//!   touched before its answer returns. Under `read-your-writes` every lookup reads the current
+//!   versions in a shared round (`barrier`), so an entry filled before a write is never served
+//!   after it, on any replica. Messages (`announce`) only tell the others early.
+//! - **One catalog fetch per version.** The policy-processed, secret-free body is shared
+//!   through Redis (`shared`), and a cold fill takes a lease so the other replicas wait for it
+//!   rather than asking too; a lease whose holder died expires.
+//! - **Never a single point of failure.** A failed command makes the replica degraded
+//!   (`health`); loads then ask the catalog (`revalidate`) or use local freshness (`local`),
+//!   writes still succeed, and the epoch moves before the replica trusts Redis again.
+
+mod announce;
+mod barrier;
+mod health;
+mod names;
+pub mod settings;
+mod shared;
+mod subscription;
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{IntoConnectionInfo, ProtocolVersion};
+use thiserror::Error;
+use tokio::sync::{mpsc, oneshot};
+
+pub use barrier::Tokens;
+pub use settings::{ClusterSettings, Consistency, OnRedisDown};
+pub use shared::SharedEntry;
+
+use crate::catalog::names::LooseName;
+use crate::catalog::writes::Touched;
+use crate::ops::metrics::Metrics;
+use announce::Message;
+use barrier::{Pending, Rounds};
+use health::Health;
+use names::Names;
+use shared::Rejected;
+use subscription::{Listening, Subscriber};
+
+#[derive(Debug, Error)]
+pub enum ClusterError {
+    #[error("cluster.redis_url does not name a Redis: {0}")]
+    Url(#[source] redis::RedisError),
+}
+
+/// What a lookup learned of its table's version.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Observed {
+    Live(Tokens),
+    /// Redis cannot be reached: nothing shared can be trusted.
+    Degraded,
+}
+
+/// Whether this replica may ask the catalog for a table on the tier's behalf.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lease {
+    /// It holds the lease: it asks, then shares or releases.
+    Won,
+    /// Another replica holds it.
+    Held,
+    /// Redis cannot be reached: every replica asks for itself.
+    Unavailable,
+}
+
+pub struct Cluster {
+    settings: ClusterSettings,
+    names: Arc<Names>,
+    mac_key: [u8; 32],
+    connection: ConnectionManager,
+    health: Arc<Health>,
+    rounds: mpsc::UnboundedSender<Pending>,
+    /// This process, in messages and leases.
+    replica: String,
+    metrics: Arc<Metrics>,
+    invalidations: Mutex<Option<mpsc::UnboundedReceiver<Touched>>>,
+    listening: Arc<Listening>,
+    release: redis::Script,
+}
+
+/// Deletes the lease only when this replica still holds it.
+const RELEASE: &str = "if redis.call('get', KEYS[1]) == ARGV[1] then \
+                       return redis.call('del', KEYS[1]) else return 0 end";
+
+pub fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+fn client(url: &str) -> Result<redis::Client, redis::RedisError> {
+    let info = url.into_connection_info()?;
+    let resp3 = info
+        .redis_settings()
+        .clone()
+        .set_protocol(ProtocolVersion::RESP3);
+    redis::Client::open(info.set_redis_settings(resp3))
+}
+
+impl Cluster {
+    /// Connects (lazily: a Redis that is down only makes the replica start degraded) and
+    /// starts the rounds, the health check and the subscription on the current runtime.
+    pub fn start(
+        settings: ClusterSettings,
+        metrics: Arc<Metrics>,
+    ) -> Result<Arc<Cluster>, ClusterError> {
+        let config = ConnectionManagerConfig::new()
+            .set_response_timeout(Some(settings.redis_timeout))
+            .set_connection_timeout(Some(settings.redis_timeout))
+            .set_number_of_retries(2)
+            .set_min_delay(Duration::from_millis(50))
+            .set_max_delay(Duration::from_millis(500));
+        let connection = ConnectionManager::new_lazy_with_config(
+            client(&settings.redis_url.0).map_err(ClusterError::Url)?,
+            config,
+        )
+        .map_err(ClusterError::Url)?;
+        let names = Arc::new(Names::new(
+            &settings.key_prefix,
+            settings.key.subkey("names"),
+        ));
+        let health = Arc::new(Health::new());
+        metrics.cluster_degraded.set(1);
+        let (rounds, pending) = mpsc::unbounded_channel();
+        tokio::spawn(
+            Rounds {
+                connection: connection.clone(),
+                names: names.clone(),
+                health: health.clone(),
+                metrics: metrics.clone(),
+                interval: settings.barrier_interval,
+                timeout: settings.redis_timeout,
+            }
+            .run(pending),
+        );
+        tokio::spawn(health.clone().watch(
+            connection.clone(),
+            names.clone(),
+            metrics.clone(),
+            settings.redis_timeout,
+        ));
+        let mut word = [0u8; 8];
+        let _ = getrandom::getrandom(&mut word);
+        let (invalidate, invalidations) = mpsc::unbounded_channel();
+        let cluster = Arc::new(Cluster {
+            mac_key: settings.key.subkey("shared entries"),
+            settings,
+            names,
+            connection,
+            health,
+            rounds,
+            replica: format!("{:016x}", u64::from_le_bytes(word)),
+            metrics,
+            invalidations: Mutex::new(Some(invalidations)),
+            listening: Arc::default(),
+            release: redis::Script::new(RELEASE),
+        });
+        tokio::spawn(
+            Subscriber {
+                url: cluster.settings.redis_url.0.clone(),
+                timeout: cluster.settings.redis_timeout,
+                channel: cluster.names.channel(),
+                consistency: cluster.settings.consistency,
+                replica: cluster.replica.clone(),
+                listening: cluster.listening.clone(),
+                metrics: cluster.metrics.clone(),
+                invalidate,
+            }
+            .run(),
+        );
+        Ok(cluster)
+    }
+
+    pub fn consistency(&self) -> Consistency {
+        self.settings.consistency
+    }
+
+    pub fn on_redis_down(&self) -> OnRedisDown {
+        self.settings.on_redis_down
+    }
+
+    pub fn max_shared_bytes(&self) -> u64 {
+        self.settings.max_shared_bytes
+    }
+
+    pub fn lease_for(&self) -> Duration {
+        self.settings.lease
+    }
+
+    pub fn is_degraded(&self) -> bool {
+        self.health.is_degraded()
+    }
+
+    /// Whether a lookup must read its table's tokens: always under `read-your-writes`, and
+    /// under `bounded` while the announcements may not be arriving.
+    pub fn reads_tokens(&self) -> bool {
+        self.settings.consistency == Consistency::ReadYourWrites || !self.listening.is_live()
+    }
+
+    /// What other replicas announced, for the cache to invalidate locally (taken once).
+    pub fn invalidations(&self) -> Option<mpsc::UnboundedReceiver<Touched>> {
+        self.invalidations.lock().ok()?.take()
+    }
+
+    /// The current tokens of `table`, read in a round that starts after this call.
+    pub async fn observe(&self, table: &LooseName) -> Observed {
+        if self.health.is_degraded() {
+            return Observed::Degraded;
+        }
+        let (answer, read) = oneshot::channel();
+        let pending = Pending {
+            keys: self.names.tokens(table),
+            answer,
+        };
+        if self.rounds.send(pending).is_err() {
+            return Observed::Degraded;
+        }
+        match read.await {
+            Ok(Some(tokens)) => Observed::Live(tokens),
+            _ => Observed::Degraded,
+        }
+    }
+
+    /// Moves the versions of what a write touched and tells the other replicas, before the
+    /// write's answer returns. Redis failing leaves the replica dirty: the epoch moves when
+    /// it is back, so nobody serves what this write changed.
+    pub async fn announce(&self, touched: &Touched) {
+        let mut pipe = redis::pipe();
+        match touched {
+            Touched::Tables(tables) => {
+                for table in tables {
+                    pipe.cmd("INCR").arg(self.names.table(table)).ignore();
+                }
+            }
+            Touched::Namespace(namespace) => {
+                pipe.cmd("INCR")
+                    .arg(self.names.namespace(namespace))
+                    .ignore();
+            }
+            Touched::Everything => {
+                pipe.cmd("INCR").arg(self.names.epoch()).ignore();
+            }
+            Touched::Nothing => return,
+        }
+        let message = serde_json::to_string(&Message::new(&self.replica, now_ms(), touched))
+            .unwrap_or_default();
+        pipe.cmd("PUBLISH")
+            .arg(self.names.channel())
+            .arg(message)
+            .ignore();
+        if self.health.is_degraded() {
+            self.health.mark_dirty();
+            return;
+        }
+        self.metrics.cluster_redis("announce");
+        let mut connection = self.connection.clone();
+        let done = tokio::time::timeout(
+            self.settings.redis_timeout,
+            pipe.query_async::<()>(&mut connection),
+        )
+        .await;
+        match done {
+            Ok(Ok(())) => self.metrics.cluster_published.inc(),
+            _ => self.health.down(&self.metrics, "announcing a write failed"),
+        }
+    }
+
+    /// The entry the tier shares under `identity`, if it is authentic and current.
+    pub async fn shared(&self, identity: &[u8], tokens: &Tokens) -> Option<SharedEntry> {
+        if self.health.is_degraded() {
+            return None;
+        }
+        let name = self.names.shared(identity);
+        let mut connection = self.connection.clone();
+        self.metrics.cluster_redis("shared_get");
+        let value = tokio::time::timeout(
+            self.settings.redis_timeout,
+            redis::cmd("GET")
+                .arg(&name)
+                .query_async::<Option<Vec<u8>>>(&mut connection),
+        )
+        .await;
+        let value = match value {
+            Ok(Ok(value)) => value,
+            _ => {
+                self.health
+                    .down(&self.metrics, "reading a shared entry failed");
+                return None;
+            }
+        };
+        let Some(value) = value else {
+            self.metrics.cluster_shared("miss");
+            return None;
+        };
+        match SharedEntry::decode(&self.mac_key, &name, &value, &tokens.0) {
+            Ok(entry) => {
+                self.metrics.cluster_shared("hit");
+                Some(entry)
+            }
+            Err(Rejected::Stale) => {
+                self.metrics.cluster_shared("stale");
+                None
+            }
+            Err(Rejected::Tampered) => {
+                tracing::warn!("a shared entry in Redis failed its check; ignored");
+                self.metrics.cluster_shared("rejected");
+                None
+            }
+        }
+    }
+
+    /// Shares an entry with the tier for `ttl`.
+    pub async fn share(&self, identity: &[u8], entry: &SharedEntry, ttl: Duration) {
+        if self.health.is_degraded() {
+            return;
+        }
+        let name = self.names.shared(identity);
+        let value = entry.encode(&self.mac_key, &name);
+        let mut connection = self.connection.clone();
+        self.metrics.cluster_redis("shared_put");
+        let millis = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1);
+        let stored = tokio::time::timeout(
+            self.settings.redis_timeout,
+            redis::cmd("SET")
+                .arg(&name)
+                .arg(value)
+                .arg("PX")
+                .arg(millis)
+                .query_async::<()>(&mut connection),
+        )
+        .await;
+        match stored {
+            Ok(Ok(())) => self.metrics.cluster_shared("stored"),
+            _ => self.health.down(&self.metrics, "sharing an entry failed"),
+        }
+    }
+
+    /// Takes the lease on filling `identity` for the tier.
+    pub async fn lease(&self, identity: &[u8]) -> Lease {
+        if self.health.is_degraded() {
+            return Lease::Unavailable;
+        }
+        let mut connection = self.connection.clone();
+        self.metrics.cluster_redis("lease");
+        let millis = u64::try_from(self.settings.lease.as_millis()).unwrap_or(u64::MAX);
+        let taken = tokio::time::timeout(
+            self.settings.redis_timeout,
+            redis::cmd("SET")
+                .arg(self.names.lease(identity))
+                .arg(&self.replica)
+                .arg("NX")
+                .arg("PX")
+                .arg(millis)
+                .query_async::<Option<String>>(&mut connection),
+        )
+        .await;
+        match taken {
+            Ok(Ok(Some(_))) => Lease::Won,
+            Ok(Ok(None)) => Lease::Held,
+            _ => {
+                self.health.down(&self.metrics, "taking a lease failed");
+                Lease::Unavailable
+            }
+        }
+    }
+
+    /// Gives the lease back (when this replica still holds it).
+    pub async fn release(&self, identity: &[u8]) {
+        if self.health.is_degraded() {
+            return;
+        }
+        let mut connection = self.connection.clone();
+        self.metrics.cluster_redis("release");
+        let mut invocation = self.release.key(self.names.lease(identity));
+        invocation.arg(&self.replica);
+        let released = invocation.invoke_async::<i64>(&mut connection);
+        if !matches!(
+            tokio::time::timeout(self.settings.redis_timeout, released).await,
+            Ok(Ok(_))
+        ) {
+            self.health.down(&self.metrics, "releasing a lease failed");
+        }
+    }
+
+    /// Whether another replica still holds the lease on `identity`.
+    pub async fn lease_held(&self, identity: &[u8]) -> bool {
+        if self.health.is_degraded() {
+            return false;
+        }
+        let mut connection = self.connection.clone();
+        self.metrics.cluster_redis("lease_check");
+        let held = tokio::time::timeout(
+            self.settings.redis_timeout,
+            redis::cmd("EXISTS")
+                .arg(self.names.lease(identity))
+                .query_async::<i64>(&mut connection),
+        )
+        .await;
+        matches!(held, Ok(Ok(1)))
+    }
+}

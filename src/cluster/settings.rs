@@ -1,0 +1,134 @@
+//! The `[cluster]` settings, as typed values: which Redis, the replicas' shared key, and how
+//! the tier behaves.
+
+use std::time::Duration;
+
+use serde::Deserialize;
+
+/// What a load after a write answered by another replica is promised.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Consistency {
+    /// It reflects the write: every lookup checks the tables' versions in Redis (batched).
+    ReadYourWrites,
+    /// It reflects the write once the invalidation message arrives (the delay is exported).
+    Bounded,
+}
+
+impl Consistency {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Consistency::ReadYourWrites => "read-your-writes",
+            Consistency::Bounded => "bounded",
+        }
+    }
+}
+
+/// What a replica does while Redis cannot be reached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum OnRedisDown {
+    /// Every load asks the catalog (coalesced only with loads that arrived before it asked), so
+    /// read-your-writes holds.
+    Revalidate,
+    /// Each replica serves its own entries for `fresh_for`, as a single-process cache would.
+    Local,
+}
+
+impl OnRedisDown {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OnRedisDown::Revalidate => "revalidate",
+            OnRedisDown::Local => "local",
+        }
+    }
+}
+
+/// The secret the replicas share, from `cluster.key_file`. `Debug` never shows it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ClusterKey([u8; 32]);
+
+impl ClusterKey {
+    /// The key for one purpose, derived from the file's bytes (BLAKE3's key derivation).
+    pub fn derive(file: &[u8]) -> ClusterKey {
+        ClusterKey(blake3::derive_key("icecache 2026 cluster key", file))
+    }
+
+    /// A sub-key for one use (identity scopes, Redis key names, stored-value MACs).
+    pub fn subkey(&self, purpose: &str) -> [u8; 32] {
+        let mut hasher = blake3::Hasher::new_keyed(&self.0);
+        hasher.update(purpose.as_bytes());
+        *hasher.finalize().as_bytes()
+    }
+}
+
+impl std::fmt::Debug for ClusterKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ClusterKey(redacted)")
+    }
+}
+
+/// A Redis URL; `Debug` and `Display` leave out any password.
+#[derive(Clone, PartialEq, Eq)]
+pub struct RedisUrl(pub String);
+
+impl RedisUrl {
+    pub fn shown(&self) -> String {
+        match (self.0.split_once("://"), self.0.rfind('@')) {
+            (Some((scheme, _)), Some(at)) => format!("{scheme}://…@{}", &self.0[at + 1..]),
+            _ => self.0.clone(),
+        }
+    }
+}
+
+impl std::fmt::Debug for RedisUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "RedisUrl({})", self.shown())
+    }
+}
+
+pub const DEFAULT_CONSISTENCY: Consistency = Consistency::ReadYourWrites;
+pub const DEFAULT_ON_REDIS_DOWN: OnRedisDown = OnRedisDown::Revalidate;
+pub const DEFAULT_MAX_SHARED_BYTES: u64 = 4 << 20;
+pub const DEFAULT_LEASE: Duration = Duration::from_secs(5);
+pub const DEFAULT_BARRIER_INTERVAL: Duration = Duration::from_millis(2);
+pub const DEFAULT_REDIS_TIMEOUT: Duration = Duration::from_millis(500);
+pub const DEFAULT_KEY_PREFIX: &str = "icecache";
+/// The shortest cluster key file accepted.
+pub const MIN_KEY_BYTES: usize = 32;
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClusterSettings {
+    pub redis_url: RedisUrl,
+    pub key: ClusterKey,
+    pub consistency: Consistency,
+    pub on_redis_down: OnRedisDown,
+    pub max_shared_bytes: u64,
+    pub lease: Duration,
+    pub barrier_interval: Duration,
+    pub redis_timeout: Duration,
+    pub key_prefix: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_redis_password_is_never_shown() {
+        let url = RedisUrl("rediss://icecache:s3cret@redis:6380/0".into());
+        assert_eq!(url.shown(), "rediss://…@redis:6380/0");
+        assert!(!format!("{url:?}").contains("s3cret"));
+        assert!(!format!("{:?}", ClusterKey::derive(&[7; 32])).contains('7'));
+    }
+
+    #[test]
+    fn sub_keys_differ_by_purpose() {
+        let key = ClusterKey::derive(&[1; 40]);
+        assert_ne!(key.subkey("scope"), key.subkey("mac"));
+        assert_eq!(
+            key.subkey("scope"),
+            ClusterKey::derive(&[1; 40]).subkey("scope")
+        );
+    }
+}
