@@ -312,3 +312,73 @@ fn every_problem_of_a_config_file_is_reported_at_once_each_naming_its_key() {
     let err = stderr(&output);
     assert_eq!(err.matches("config key `inject`").count(), 3, "{err}");
 }
+
+#[test]
+fn a_redis_url_without_a_cluster_key_exits_64_naming_the_key() {
+    let output = icecache(&[
+        "--upstream",
+        "http://a:1",
+        "--redis-url",
+        "redis://127.0.0.1:1",
+    ]);
+    assert_eq!(output.status.code(), Some(64));
+    assert!(
+        stderr(&output).contains("cluster.key_file"),
+        "{}",
+        stderr(&output)
+    );
+}
+
+#[test]
+fn a_short_or_missing_cluster_key_and_a_bad_redis_url_are_reported_together() {
+    let short = config_file("sixteen bytes...");
+    let file = config_file(&format!(
+        "upstream = \"http://a:1\"\n[cluster]\nredis_url = \"http://user:hunter2@redis:6379\"\n\
+         key_file = \"{}\"\nconsistency = \"eventual\"\nlease = \"0s\"\n",
+        short.0.display()
+    ));
+    let output = icecache(&["check-config", file.0.to_str().unwrap()]);
+    assert_eq!(output.status.code(), Some(64));
+    let err = stderr(&output);
+    for key in [
+        "cluster.redis_url",
+        "cluster.key_file",
+        "cluster.consistency",
+        "cluster.lease",
+    ] {
+        assert!(err.contains(key), "{key} missing from: {err}");
+    }
+    assert!(
+        !err.contains("hunter2"),
+        "a Redis password in an error: {err}"
+    );
+    let missing = icecache(&[
+        "--upstream",
+        "http://a:1",
+        "--redis-url",
+        "redis://127.0.0.1:1",
+        "--cluster-key-file",
+        "/nonexistent/icecache-key",
+    ]);
+    assert_eq!(missing.status.code(), Some(64));
+    assert!(stderr(&missing).contains("cluster.key_file"));
+}
+
+#[test]
+fn check_config_shows_the_cluster_without_its_password_or_key() {
+    let key = config_file("0123456789abcdef0123456789abcdef");
+    let file = config_file(&format!(
+        "upstream = \"http://a:1\"\n[cluster]\nredis_url = \"rediss://icecache:hunter2@redis:6380\"\n\
+         key_file = \"{}\"\nconsistency = \"bounded\"\n",
+        key.0.display()
+    ));
+    let output = icecache(&["check-config", file.0.to_str().unwrap()]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(stdout.contains("cluster.consistency = bounded"), "{stdout}");
+    assert!(stdout.contains("rediss://…@redis:6380"), "{stdout}");
+    assert!(
+        !stdout.contains("hunter2") && !stdout.contains("0123456789abcdef"),
+        "{stdout}"
+    );
+}

@@ -765,6 +765,46 @@ async fn killing_redis_under_load_fails_no_request_and_writes_still_win() {
 }
 
 #[tokio::test]
+async fn replicas_started_before_redis_serve_through_the_catalog_then_join() {
+    let catalog = standin(Shape::default()).await;
+    let mut redis = Redis::not_started();
+    let key = support::cluster::KeyFile::new();
+    let url = redis.url();
+    let flags = [
+        "--redis-url",
+        &url,
+        "--cluster-key-file",
+        key.path(),
+        "--fresh-for",
+        "1h",
+        "--workers",
+        "1",
+    ];
+    let a = support::Icecache::start(&catalog.url, &flags).await;
+    let b = support::Icecache::start(&catalog.url, &flags).await;
+    assert_eq!(metric(&a.metrics().await, "icecache_cluster_degraded"), 1.0);
+    // Degraded under revalidate: every load is answered, each one by asking the catalog.
+    for _ in 0..3 {
+        assert_eq!(load(&b.url, "alice").await.status(), 200);
+    }
+    let committed = commit(&a.url).await;
+    assert!(version_at(&b.url).await >= committed);
+    redis.restart().await;
+    let tier = Tier {
+        replicas: vec![a, b],
+        key,
+    };
+    tier.wait_live().await;
+    let committed = commit(tier.url(0)).await;
+    assert!(version_at(tier.url(1)).await >= committed);
+    assert_eq!(
+        x_cache(&load(tier.url(1), "alice").await),
+        "HIT",
+        "live: served from memory again"
+    );
+}
+
+#[tokio::test]
 async fn a_write_answered_while_redis_was_away_is_never_hidden_by_what_came_before() {
     let catalog = standin(Shape::default()).await;
     let mut redis = Redis::start().await;

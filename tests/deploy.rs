@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use serde_json::Value;
+use support::cluster::{Redis, Tier};
 use support::{free_port, Icecache};
 
 fn deploy(path: &str) -> PathBuf {
@@ -35,20 +36,29 @@ fn run(command: &mut Command) -> std::process::Output {
 
 /// The metric names icecache exports (from `# HELP` lines of a live /metrics), after a read
 /// and a write have gone through (vectors appear with their first labelled sample).
+/// A replica of a tier (on a real redis-server) is asked too, for the cluster's series.
 async fn exported_metrics() -> BTreeSet<String> {
-    let icecache = Icecache::start(&format!("http://127.0.0.1:{}", free_port()), &[]).await;
+    let upstream = format!("http://127.0.0.1:{}", free_port());
+    let single = Icecache::start(&upstream, &[]).await;
+    let redis = Redis::start().await;
+    let tier = Tier::start(1, &upstream, &redis, &[]).await;
     let client = reqwest::Client::new();
-    let table = format!("{}/v1/namespaces/db/tables/t", icecache.url);
-    client.get(&table).send().await.unwrap();
-    client.delete(&table).send().await.unwrap();
-    icecache
-        .metrics()
-        .await
-        .lines()
-        .filter_map(|l| l.strip_prefix("# HELP "))
-        .filter_map(|l| l.split_whitespace().next())
-        .map(str::to_owned)
-        .collect()
+    let mut names = BTreeSet::new();
+    for icecache in [&single, &tier.replicas[0]] {
+        let table = format!("{}/v1/namespaces/db/tables/t", icecache.url);
+        client.get(&table).send().await.unwrap();
+        client.delete(&table).send().await.unwrap();
+        names.extend(
+            icecache
+                .metrics()
+                .await
+                .lines()
+                .filter_map(|l| l.strip_prefix("# HELP "))
+                .filter_map(|l| l.split_whitespace().next())
+                .map(str::to_owned),
+        );
+    }
+    names
 }
 
 /// `icecache_…` names in a text, without histogram suffixes.
@@ -204,25 +214,99 @@ fn the_edge_configmap_holds_a_config_icecache_accepts() {
     std::fs::create_dir_all(&dir).unwrap();
     let secret = dir.join("s3-secret-access-key");
     std::fs::write(&secret, "secret").unwrap();
+    let cluster_key = dir.join("key");
+    std::fs::write(&cluster_key, [7u8; 32]).unwrap();
     let config = dir.join("icecache.toml");
     std::fs::write(
         &config,
         toml.replace(
             "/var/run/icecache/s3-secret-access-key",
             secret.to_str().unwrap(),
+        )
+        .replace(
+            "/var/run/icecache-cluster/key",
+            cluster_key.to_str().unwrap(),
         ),
     )
     .unwrap();
-    let output = run(Command::new(env!("CARGO_BIN_EXE_icecache"))
-        .args(["check-config", config.to_str().unwrap()])
-        .env("READER_S3_ACCESS_KEY_ID", "key")
-        .env("ICECACHE_ADMIN_TOKEN", "from-the-secret"));
+    let check = |redis_url: Option<&str>| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_icecache"));
+        command
+            .args(["check-config", config.to_str().unwrap()])
+            .env("READER_S3_ACCESS_KEY_ID", "key")
+            .env("ICECACHE_ADMIN_TOKEN", "from-the-secret")
+            .env_remove("ICECACHE_REDIS_URL");
+        if let Some(url) = redis_url {
+            command.env("ICECACHE_REDIS_URL", url);
+        }
+        command.output().expect("icecache runs")
+    };
+    let output = check(Some("rediss://icecache:pw@redis.lake.svc:6380"));
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(
         stdout.contains("identity = revalidate, credentials = inject"),
         "{stdout}"
     );
+    assert!(
+        stdout.contains("cluster.consistency = read-your-writes"),
+        "{stdout}"
+    );
+    assert!(!stdout.contains("pw@"), "{stdout}");
+    // The Secret's URL is what makes it a tier; a bad one is refused before anything binds.
+    let bad = check(Some("http://redis.lake.svc:6380"));
+    assert_eq!(bad.status.code(), Some(64));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("cluster.redis_url"));
     let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn the_edge_tier_takes_its_redis_url_and_cluster_key_from_secrets() {
+    let edge = kubernetes("kubernetes/edge.yaml");
+    let deployment = edge.iter().find(|d| d["kind"] == "Deployment").unwrap();
+    assert!(deployment["spec"]["replicas"].as_u64().unwrap() > 1);
+    let pod = &deployment["spec"]["template"]["spec"];
+    let container = &pod["containers"][0];
+    let url = env_of(container, "ICECACHE_REDIS_URL").expect("the edge replicas share a Redis");
+    let secret_name = url["valueFrom"]["secretKeyRef"]["name"]
+        .as_str()
+        .expect("from a Secret");
+    let secret = edge
+        .iter()
+        .find(|d| d["kind"] == "Secret" && d["metadata"]["name"] == secret_name)
+        .expect("the Redis Secret is in the file");
+    assert!(secret["stringData"]["url"]
+        .as_str()
+        .unwrap()
+        .starts_with("rediss://"));
+    // The key file named in the config is a mounted Secret, not part of the image or config.
+    let toml = edge.iter().find(|d| d["kind"] == "ConfigMap").unwrap()["data"]["icecache.toml"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let key_file = toml
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("key_file = "))
+        .expect("cluster.key_file")
+        .trim_matches('"')
+        .to_owned();
+    let mount = container["volumeMounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| key_file.starts_with(m["mountPath"].as_str().unwrap()))
+        .expect("the key file is mounted");
+    let volume = pod["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == mount["name"])
+        .unwrap();
+    let key_secret = volume["secret"]["secretName"]
+        .as_str()
+        .expect("mounted from a Secret");
+    assert!(edge
+        .iter()
+        .any(|d| d["kind"] == "Secret" && d["metadata"]["name"] == key_secret));
 }
 
 /// The value an env entry of a container gets: its literal, or the Secret key it is taken from.

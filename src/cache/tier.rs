@@ -155,7 +155,12 @@ impl Cache {
         self.cluster.as_ref().map_or(0, |c| c.max_shared_bytes())
     }
 
-    async fn read_shared(&self, fill: &Fill, identity: &[u8], tokens: &Tokens) -> Option<Arc<Entry>> {
+    async fn read_shared(
+        &self,
+        fill: &Fill,
+        identity: &[u8],
+        tokens: &Tokens,
+    ) -> Option<Arc<Entry>> {
         let cluster = self.cluster.as_ref()?;
         let shared = cluster.shared(identity, tokens).await?;
         let ticket = fill.ticket.clone()?;

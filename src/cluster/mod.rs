@@ -124,6 +124,7 @@ impl Cluster {
             settings.key.subkey("names"),
         ));
         let health = Arc::new(Health::new());
+        metrics.cluster_started();
         metrics.cluster_degraded.set(1);
         let (rounds, pending) = mpsc::unbounded_channel();
         tokio::spawn(

@@ -290,8 +290,9 @@ macro_rules! overlay {
 
 impl RawSettings {
     /// Reads a TOML config file. A file that is not TOML is one error; one that is TOML but
-    /// holds settings icecache does not take gets every such setting reported at once.
-    pub fn from_file(path: &Path) -> Result<RawSettings, ConfigErrors> {
+    /// holds settings icecache does not take gets every such setting named, beside the
+    /// settings it does take (so that validation can report what is wrong with those too).
+    pub fn from_file(path: &Path) -> Result<(RawSettings, Vec<ConfigError>), ConfigErrors> {
         let text = std::fs::read_to_string(path).map_err(|source| {
             ConfigErrors::one(ConfigError::Read {
                 path: path.to_owned(),
@@ -308,20 +309,35 @@ impl RawSettings {
                 message: e.message().to_owned(),
             })
         })?;
-        match RawSettings::deserialize(toml::Value::Table(table.clone())) {
-            Ok(settings) => Ok(settings),
-            Err(whole) => {
-                let each = setting_errors(&table);
-                Err(ConfigErrors(if each.is_empty() {
-                    vec![ConfigError::Parse {
-                        path: path.to_owned(),
-                        line: None,
-                        message: whole.message().to_owned(),
-                    }]
-                } else {
-                    each
-                }))
+        let whole = match RawSettings::deserialize(toml::Value::Table(table.clone())) {
+            Ok(settings) => return Ok((settings, Vec::new())),
+            Err(whole) => whole,
+        };
+        let (each, refused) = setting_errors(&table);
+        if each.is_empty() {
+            return Err(ConfigErrors::one(ConfigError::Parse {
+                path: path.to_owned(),
+                line: None,
+                message: whole.message().to_owned(),
+            }));
+        }
+        // The settings it does take, so that what is wrong with them is reported too.
+        let mut kept = table;
+        for (key, sub) in refused {
+            match sub {
+                Some(sub) => {
+                    if let Some(toml::Value::Table(inner)) = kept.get_mut(&key) {
+                        inner.remove(&sub);
+                    }
+                }
+                None => {
+                    kept.remove(&key);
+                }
             }
+        }
+        match RawSettings::deserialize(toml::Value::Table(kept)) {
+            Ok(settings) => Ok((settings, each)),
+            Err(_) => Err(ConfigErrors(each)),
         }
     }
 
@@ -399,25 +415,32 @@ impl RawSettings {
         )
     }
 
-    /// Reads the file the settings name (if any) and puts these settings over it.
-    pub fn over_file(self) -> Result<RawSettings, ConfigErrors> {
+    /// Reads the file the settings name (if any) and puts these settings over it; with the
+    /// file's settings that were refused.
+    pub fn over_file(self) -> Result<(RawSettings, Vec<ConfigError>), ConfigErrors> {
         match &self.config {
-            Some(path) => Ok(RawSettings::from_file(path)?.overlay(self)),
-            None => Ok(self),
+            Some(path) => {
+                let (file, refused) = RawSettings::from_file(path)?;
+                Ok((file.overlay(self), refused))
+            }
+            None => Ok((self, Vec::new())),
         }
     }
 }
 
 /// Each setting of a file read on its own, so that every one serde refuses is named: a key
 /// icecache does not know, a value of the wrong type, a spelling of an enum it does not take.
-fn setting_errors(table: &toml::Table) -> Vec<ConfigError> {
+/// Also returns where each refused setting is (its table key, and its key within it).
+fn setting_errors(table: &toml::Table) -> (Vec<ConfigError>, Vec<(String, Option<String>)>) {
     let mut errors = Vec::new();
-    let mut check = |key: String, alone: toml::Table| {
+    let mut refused = Vec::new();
+    let mut check = |key: String, at: (String, Option<String>), alone: toml::Table| {
         if let Err(e) = RawSettings::deserialize(toml::Value::Table(alone)) {
             errors.push(ConfigError::Invalid {
                 key,
                 message: e.message().to_owned(),
             });
+            refused.push(at);
         }
     };
     for (key, value) in table {
@@ -429,14 +452,19 @@ fn setting_errors(table: &toml::Table) -> Vec<ConfigError> {
                     let alone = [(key.clone(), toml::Value::Table(nested))]
                         .into_iter()
                         .collect();
-                    check(format!("{key}.{sub}"), alone);
+                    check(
+                        format!("{key}.{sub}"),
+                        (key.clone(), Some(sub.clone())),
+                        alone,
+                    );
                 }
             }
             _ => check(
                 key.clone(),
+                (key.clone(), None),
                 [(key.clone(), value.clone())].into_iter().collect(),
             ),
         }
     }
-    errors
+    (errors, refused)
 }

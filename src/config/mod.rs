@@ -203,8 +203,15 @@ pub struct Settings {
 
 /// The settings a run uses: the raw command-line layer over the file it names, validated.
 pub fn load(cli: &RawSettings) -> Result<Settings, ConfigErrors> {
-    let raw = cli.clone().over_file()?;
-    Settings::try_from(raw)
+    let (raw, mut refused) = cli.clone().over_file()?;
+    match Settings::try_from(raw) {
+        Ok(settings) if refused.is_empty() => Ok(settings),
+        Ok(_) => Err(ConfigErrors(refused)),
+        Err(invalid) => {
+            refused.extend(invalid.0);
+            Err(ConfigErrors(refused))
+        }
+    }
 }
 
 /// The settings `check-config FILE` reports: FILE, with the variables and flags over it.
@@ -424,7 +431,8 @@ mod tests {
              cache_max = 1\n[cache]\ngzipp = true\nfresh_for = 5\n",
         )
         .unwrap();
-        let errors = RawSettings::from_file(&path).unwrap_err().to_string();
+        let (_, refused) = RawSettings::from_file(&path).unwrap();
+        let errors = ConfigErrors(refused).to_string();
         let _ = std::fs::remove_file(&path);
         for key in [
             "`log_format`",

@@ -361,6 +361,30 @@ impl Metrics {
         self.config_reloads.with_label_values(&[result]).inc();
     }
 
+    /// Makes every cluster series exist from the start (at 0), so that rates over them are
+    /// defined before the first event.
+    pub fn cluster_started(&self) {
+        for op in [
+            "round",
+            "announce",
+            "shared_get",
+            "shared_put",
+            "lease",
+            "release",
+            "lease_check",
+            "instance",
+            "recover",
+        ] {
+            self.cluster_redis_commands.with_label_values(&[op]);
+        }
+        for result in ["hit", "miss", "stale", "rejected", "stored", "kept_local"] {
+            self.cluster_shared_entries.with_label_values(&[result]);
+        }
+        for result in ["ok", "unreadable"] {
+            self.cluster_received_messages.with_label_values(&[result]);
+        }
+    }
+
     pub fn cluster_redis(&self, op: &str) {
         self.cluster_redis_commands.with_label_values(&[op]).inc();
     }

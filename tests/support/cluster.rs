@@ -23,6 +23,14 @@ impl Redis {
         redis
     }
 
+    /// A port where no Redis runs yet (`restart` starts it there).
+    pub fn not_started() -> Redis {
+        Redis {
+            child: None,
+            port: free_port(),
+        }
+    }
+
     async fn spawn(&mut self) {
         let binary =
             std::env::var("ICECACHE_REDIS_SERVER").unwrap_or_else(|_| "redis-server".into());
@@ -192,7 +200,7 @@ impl Drop for KeyFile {
 /// `n` replicas in front of `upstream`, sharing `redis` and one key.
 pub struct Tier {
     pub replicas: Vec<Icecache>,
-    _key: KeyFile,
+    pub key: KeyFile,
 }
 
 impl Tier {
@@ -216,10 +224,7 @@ impl Tier {
             flags.extend_from_slice(extra);
             replicas.push(Icecache::start(upstream, &flags).await);
         }
-        let tier = Tier {
-            replicas,
-            _key: key,
-        };
+        let tier = Tier { replicas, key };
         tier.wait_live().await;
         tier
     }

@@ -1,0 +1,224 @@
+"""Several replicas on Redis beside the single process, loopback only, every run bounded in time.
+
+  hits      warm loadTable hits (50 KB body): the single process without Redis, one replica
+            under read-your-writes, one under bounded, and three replicas under read-your-writes
+            with the load split over them; rounds alternate the set-ups, medians and spread
+  redis/hit Redis commands per hit with wrk paced to about 5,000 hits/s (INFO commandstats)
+  stall     how long a small Redis command waits while another client moves values of a size
+            (where the shared-entry cap belongs)
+
+usage: python3 benches/cluster.py [--duration SECONDS] [--rounds N] [--connections N ...]
+needs: cargo, wrk and redis-server (apt-get install wrk redis-server).
+"""
+import argparse
+import os
+import re
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from load import (PATH, ROOT, TOKEN, Processes, cargo_bench_binary, cpu_seconds, free_port,  # noqa: E402
+                  get, start_fixture, start_icecache)
+
+
+class Resp:
+    """The least of a Redis client: one connection, commands in, replies parsed."""
+
+    def __init__(self, port):
+        self.sock = socket.create_connection(("127.0.0.1", port))
+        self.file = self.sock.makefile("rb")
+
+    def send(self, *args):
+        parts = [f"*{len(args)}\r\n".encode()]
+        for arg in args:
+            data = arg if isinstance(arg, bytes) else str(arg).encode()
+            parts += [f"${len(data)}\r\n".encode(), data, b"\r\n"]
+        self.sock.sendall(b"".join(parts))
+        return self.reply()
+
+    def reply(self):
+        line = self.file.readline()
+        kind, rest = line[:1], line[1:-2]
+        if kind in (b"+", b":"):
+            return rest
+        if kind == b"-":
+            raise RuntimeError(rest.decode())
+        if kind == b"$":
+            n = int(rest)
+            return None if n < 0 else self.file.read(n + 2)[:-2]
+        if kind == b"*":
+            return [self.reply() for _ in range(int(rest))]
+        raise RuntimeError(f"unexpected reply {line!r}")
+
+
+def redis_calls(port):
+    info = Resp(port).send("INFO", "commandstats").decode()
+    calls = {m.group(1): int(m.group(2)) for m in re.finditer(r"cmdstat_(\S+?):calls=(\d+)", info)}
+    return sum(n for name, n in calls.items() if name not in ("info",))
+
+
+def start_redis(ps):
+    port = free_port()
+    proc = ps.start(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                     "--appendonly", "no"])
+    for _ in range(200):
+        try:
+            Resp(port).send("PING")
+            return proc, port
+        except OSError:
+            time.sleep(0.02)
+    sys.exit("redis-server did not start")
+
+
+def wrk_many(targets, duration, connections, pids, pace_ms=None):
+    """wrk against each URL at once (connections split between them); summed figures."""
+    script = None
+    if pace_ms is not None:
+        script = tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False)
+        script.write(f"function delay() return {pace_ms} end\n")
+        script.close()
+    per = max(1, connections // len(targets))
+    threads = 2 if len(targets) == 1 else 1
+    before = cpu_seconds(pids)
+    runs = []
+    for url in targets:
+        args = ["wrk", f"-t{threads}", f"-c{per}", f"-d{duration}s", "--latency", "-H", f"Authorization: {TOKEN}"]
+        if script:
+            args += ["-s", script.name]
+        runs.append(subprocess.Popen([*args, url + PATH], stdout=subprocess.PIPE, text=True))
+    outs = [run.communicate()[0] for run in runs]
+    cpu = cpu_seconds(pids) - before
+    if script:
+        os.unlink(script.name)
+    requests = sum(int(re.search(r"(\d+) requests in", out).group(1)) for out in outs)
+    errors = sum(int(m.group(1)) for out in outs for m in [re.search(r"Non-2xx or 3xx responses: (\d+)", out)] if m)
+    return {"rps": sum(float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1)) for out in outs),
+            "requests": requests, "cpu_us": cpu / max(requests, 1) * 1e6, "errors": errors}
+
+
+def spread(values):
+    return f"{statistics.median(values):.0f} ({min(values):.0f}–{max(values):.0f})"
+
+
+def hits(ps, icecache, upstream, options):
+    redis_proc, redis_port = start_redis(ps)
+    key = os.path.join(tempfile.mkdtemp(prefix="icecache-cluster-"), "key")
+    with open(key, "wb") as f:
+        f.write(os.urandom(32))
+    cluster = ["--redis-url", f"redis://127.0.0.1:{redis_port}", "--cluster-key-file", key]
+    setups = {
+        "single process (no Redis)": [[]],
+        "1 replica, read-your-writes": [cluster],
+        "1 replica, bounded": [cluster + ["--cluster-consistency", "bounded"]],
+        "3 replicas, read-your-writes": [cluster + ["--cluster-key-prefix", "three"]] * 3,
+    }
+    started = {}
+    for name, flags in setups.items():
+        procs = [start_icecache(ps, icecache, upstream, ["--credentials", "strip", *f]) for f in flags]
+        for _, url, _ in procs:
+            get(url + PATH, {"Authorization": TOKEN})
+        started[name] = procs
+    for connections in options.connections:
+        results = {name: [] for name in setups}
+        for _ in range(options.rounds):
+            for name, procs in started.items():
+                pids = [p.pid for p, _, _ in procs] + ([redis_proc.pid] if setups[name][0] else [])
+                result = wrk_many([url for _, url, _ in procs], options.duration, connections, pids)
+                assert result["errors"] == 0, (name, result)
+                results[name].append(result)
+        print(f"## Warm hits, 50 KB body, wrk -c{connections} in all: {options.rounds} alternating rounds "
+              f"of {options.duration} s\n")
+        print("| set-up | req/s median (min–max) | ÷ single process | CPU µs/req (icecache + Redis) |")
+        print("|---|---|---|---|")
+        base = statistics.median(r["rps"] for r in results["single process (no Redis)"])
+        for name, runs in results.items():
+            rps = [r["rps"] for r in runs]
+            cpu = statistics.median(r["cpu_us"] for r in runs)
+            print(f"| {name} | {spread(rps)} | {statistics.median(rps) / base:.2f} | {cpu:.1f} |")
+        print()
+
+    print("## Redis commands per hit, wrk paced to about 5,000 hits/s\n")
+    print("| set-up | hits/s achieved | Redis commands | per hit |")
+    print("|---|---|---|---|")
+    for name in ("1 replica, read-your-writes", "1 replica, bounded", "3 replicas, read-your-writes"):
+        procs = started[name]
+        before = redis_calls(redis_port)
+        # 64 connections, each waiting 10 ms after an answer before asking again: about
+        # 5,000/s once the barrier's few milliseconds are added.
+        result = wrk_many([url for _, url, _ in procs], options.duration, 64, [], pace_ms=10)
+        calls = redis_calls(redis_port) - before
+        print(f"| {name} | {result['rps']:.0f} | {calls} | {calls / max(result['requests'], 1):.4f} |")
+    for procs in started.values():
+        for proc, _, _ in procs:
+            ps.stop(proc)
+    ps.stop(redis_proc)
+
+
+def stall(ps, duration):
+    redis_proc, port = start_redis(ps)
+    print("\n## A small command's wait while another client moves values of a size\n")
+    print("| value | SET+GET pairs | PING p50 ms | PING p99 ms | PING max ms |")
+    print("|---|---|---|---|---|")
+    for size in (64 << 10, 1 << 20, 4 << 20, 8 << 20, 16 << 20):
+        value = os.urandom(size)
+        stop = threading.Event()
+        pairs = [0]
+
+        def mover():
+            client = Resp(port)
+            while not stop.is_set():
+                client.send("SET", "big", value)
+                client.send("GET", "big")
+                pairs[0] += 1
+
+        thread = threading.Thread(target=mover)
+        thread.start()
+        probe, waits = Resp(port), []
+        deadline = time.time() + duration
+        while time.time() < deadline:
+            started = time.perf_counter()
+            probe.send("PING")
+            waits.append((time.perf_counter() - started) * 1000)
+            time.sleep(0.001)
+        stop.set()
+        thread.join()
+        waits.sort()
+        print(f"| {size >> 10} KiB | {pairs[0]} | {waits[len(waits) // 2]:.2f} | "
+              f"{waits[int(len(waits) * 0.99)]:.2f} | {waits[-1]:.2f} |")
+    ps.stop(redis_proc)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--duration", type=int, default=10)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--connections", type=int, nargs="+", default=[48, 512])
+    options = parser.parse_args()
+    for tool in ["wrk", "redis-server", "cargo"]:
+        if not shutil.which(tool):
+            sys.exit(f"{tool} is missing: apt-get install wrk redis-server")
+    subprocess.run(["cargo", "build", "--release", "--quiet"], cwd=ROOT, check=True)
+    icecache = os.path.join(ROOT, "target/release/icecache")
+    fixture = cargo_bench_binary("fixture_server")
+    workdir = tempfile.mkdtemp(prefix="icecache-bench-")
+    body = os.path.join(workdir, "50k.json")
+    subprocess.run([sys.executable, os.path.join(ROOT, "benches/make_metadata.py"), "51200", body], check=True)
+    ps = Processes()
+    try:
+        print(f"# {os.cpu_count()} cores; HTTP/1.1 keep-alive; icecache --credentials strip, fresh_for 1h\n")
+        _, upstream = start_fixture(ps, fixture, body, '"fixture-v1"')
+        hits(ps, icecache, upstream, options)
+        stall(ps, min(options.duration, 5))
+    finally:
+        ps.stop_all()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
