@@ -32,6 +32,11 @@ pub enum ProxyError {
     Cache(#[from] Failure),
     #[error("the exchange with the catalog ended abnormally")]
     Internal,
+    #[error(
+        "this replica has been out of touch with the tier's Redis for cluster.member_timeout: \
+         the other replicas would not see a write through it; send it through another"
+    )]
+    OutOfTouch,
 }
 
 impl ProxyError {
@@ -43,6 +48,7 @@ impl ProxyError {
             ProxyError::RequestBody(ReadError::Broken(_)) => StatusCode::BAD_REQUEST,
             ProxyError::Origin(e) => e.status(),
             ProxyError::Refused(_) | ProxyError::Internal => StatusCode::BAD_GATEWAY,
+            ProxyError::OutOfTouch => StatusCode::SERVICE_UNAVAILABLE,
             ProxyError::Cache(failure) => match &failure.error {
                 CacheError::Origin(e) => e.status(),
                 CacheError::Refused(_) | CacheError::Abandoned => StatusCode::BAD_GATEWAY,
@@ -54,6 +60,7 @@ impl ProxyError {
         match self.status() {
             StatusCode::GATEWAY_TIMEOUT => "GatewayTimeoutException",
             StatusCode::BAD_GATEWAY => "BadGatewayException",
+            StatusCode::SERVICE_UNAVAILABLE => "ServiceUnavailableException",
             StatusCode::PAYLOAD_TOO_LARGE => "RequestTooLargeException",
             StatusCode::REQUEST_TIMEOUT => "RequestTimeoutException",
             _ => "BadRequestException",

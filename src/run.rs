@@ -192,6 +192,10 @@ pub async fn run(
     })
     .await
     .unwrap_or_default();
+    // Drained: the other replicas need not wait for this one's heartbeat to lapse.
+    if let Some(cache) = &state.cache {
+        cache.leave_tier().await;
+    }
     for result in joined {
         match result {
             Ok(result) => result?,

@@ -382,3 +382,31 @@ fn check_config_shows_the_cluster_without_its_password_or_key() {
         "{stdout}"
     );
 }
+
+#[test]
+fn a_redis_url_that_is_not_tcp_is_refused_without_showing_its_password() {
+    let key = config_file("0123456789abcdef0123456789abcdef");
+    for url in [
+        "redis+unix:///run/redis.sock?pass=hunter2",
+        "unix:///run/redis.sock?user=u&pass=hunter2",
+        "redis://u:hunter2@127.0.0.1:6379/0#hunter2",
+    ] {
+        let file = config_file(&format!(
+            "upstream = \"http://a:1\"\n[cluster]\nredis_url = \"{url}\"\nkey_file = \"{}\"\n",
+            key.0.display()
+        ));
+        let output = icecache(&["check-config", file.0.to_str().unwrap()]);
+        let shown = format!(
+            "{}{}",
+            stderr(&output),
+            String::from_utf8_lossy(&output.stdout)
+        );
+        assert!(!shown.contains("hunter2"), "{url}: {shown}");
+        if url.starts_with("redis://") {
+            assert_eq!(output.status.code(), Some(0), "{url}: {shown}");
+        } else {
+            assert_eq!(output.status.code(), Some(64), "{url}: {shown}");
+            assert!(shown.contains("cluster.redis_url"), "{url}: {shown}");
+        }
+    }
+}

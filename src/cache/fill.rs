@@ -285,10 +285,12 @@ impl Cache {
             .as_ref()
             .filter(|old| old.content.etag == processed.etag)
             .map(|old| old.content.clone());
-        // Shared with the tier only within the cap (compressed), and under passthrough only
-        // when the body holds nothing a secret could be in.
+        // Shared with the tier only within the cap (compressed); under passthrough only when
+        // the body holds nothing a secret could be in; and never when it varies on a request
+        // header (its values, an `Authorization` say, would go to Redis with it).
         let shared_size = gzip.as_ref().map_or(body.len(), |g| g.body.len());
         let shareable = !(passthrough && (vended.has_secrets || vended.has_unknown_keys))
+            && vary.is_empty()
             && u64::try_from(shared_size).unwrap_or(u64::MAX) <= self.shared_cap();
         let content = unchanged.unwrap_or_else(|| {
             Arc::new(Content {

@@ -212,6 +212,7 @@ impl Cache {
             Coordination::AskCatalog => None,
         };
         let Some(entry) = servable else {
+            let held_one = held.is_some();
             let (outcome, led) = self.fill(&ask, held.clone()).await?;
             let catalog_failed = failed(&outcome);
             if let Some(stale) =
@@ -225,7 +226,9 @@ impl Cache {
                     return self.deliver(&ask, &stale, CachePhase::Stale).await;
                 }
             }
-            let phase = match (led, ask.coordination == Coordination::AskCatalog) {
+            // An entry held here but not trusted (its table moved on, or Redis is away) was
+            // revalidated; with none, it is a miss.
+            let phase = match (led, held_one) {
                 (false, _) => CachePhase::Coalesced,
                 _ if from_tier(&outcome) => CachePhase::Shared,
                 (true, true) => CachePhase::Revalidated,
@@ -535,11 +538,13 @@ impl Cache {
     /// prefix, being one of the spellings a catalog may ignore, does not narrow it.
     pub async fn purge(&self, namespace: Option<&[String]>, table: Option<&str>) -> usize {
         let touched = match (namespace, table) {
-            (Some(namespace), Some(table)) => {
+            (Some(namespace), Some(table))
+                if !crate::catalog::names::loose_namespace(namespace).is_empty() =>
+            {
                 Touched::Tables(vec![LooseName::new(namespace, table)])
             }
             (Some(namespace), None) => {
-                Touched::Namespace(crate::catalog::names::loose_namespace(namespace))
+                Touched::namespace(crate::catalog::names::loose_namespace(namespace))
             }
             _ => Touched::Everything,
         };

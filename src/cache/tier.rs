@@ -62,17 +62,37 @@ impl Cache {
             OnRedisDown::Revalidate => Coordination::AskCatalog,
             OnRedisDown::Local => Coordination::Local,
         };
+        if cluster.distrusts_tier() {
+            // Redis is away, or a replica that may be answering writes Redis does not hear
+            // of has gone quiet.
+            return when_down;
+        }
         if !cluster.reads_tokens() {
             // Bounded, and hearing every announcement: local freshness.
-            return if cluster.is_degraded() {
-                when_down
-            } else {
-                Coordination::Local
-            };
+            return Coordination::Local;
         }
         match cluster.observe(&key.table.loose()).await {
             Observed::Live(tokens) => Coordination::Tokens(tokens),
             Observed::Degraded => when_down,
+        }
+    }
+
+    /// Whether writes must be refused: this replica has been out of touch with Redis for
+    /// `cluster.member_timeout` (or never reached it), so the others would not see them.
+    pub fn refuses_writes(&self) -> bool {
+        self.cluster.as_ref().is_some_and(|c| c.refuses_writes())
+    }
+
+    /// Whether this replica may take traffic as far as the tier goes: it has reached Redis
+    /// once (a single process always may).
+    pub fn joined_tier(&self) -> bool {
+        self.cluster.as_ref().is_none_or(|c| c.has_joined())
+    }
+
+    /// Leaves the tier's heartbeats (a clean shutdown).
+    pub async fn leave_tier(&self) {
+        if let Some(cluster) = &self.cluster {
+            cluster.leave().await;
         }
     }
 
@@ -92,46 +112,40 @@ impl Cache {
         if let Some(entry) = self.read_shared(fill, &identity, &tokens).await {
             return Some(TierFill::Shared(entry));
         }
-        let deadline = Instant::now() + cluster.lease_for() + fill.settings.request_timeout;
-        let mut waited_since = None;
+        match cluster.lease(&identity).await {
+            Lease::Won => return Some(TierFill::Lead(identity)),
+            Lease::Unavailable => return Some(TierFill::Alone),
+            Lease::Held => {}
+        }
+        // Another replica is asking: wait for its entry, at most the lease (whatever holds the
+        // key: a replica that died, or a key nobody will release), then ask alone. A lease given
+        // back without an entry (an answer not to share) also means asking alone: taking the
+        // lease in turn would line the replicas up behind each other.
+        self.metrics.cluster_lease_waits.inc();
+        let since = Instant::now();
+        let deadline = since + cluster.lease_for();
         loop {
-            match cluster.lease(&identity).await {
-                Lease::Won => {
-                    self.lease_waited(waited_since);
-                    return Some(TierFill::Lead(identity));
-                }
-                Lease::Unavailable => return Some(TierFill::Alone),
-                Lease::Held => {}
+            tokio::time::sleep(POLL).await;
+            if let Some(entry) = self.read_shared(fill, &identity, &tokens).await {
+                self.lease_waited(since);
+                return Some(TierFill::Shared(entry));
             }
-            if waited_since.is_none() {
-                waited_since = Some(Instant::now());
-                self.metrics.cluster_lease_waits.inc();
-            }
-            // Another replica is asking: wait for its entry, or for its lease to go (it died,
-            // or its answer was not one to share), then try again.
-            loop {
-                tokio::time::sleep(POLL).await;
-                if Instant::now() > deadline {
-                    self.lease_waited(waited_since);
-                    return Some(TierFill::Alone);
-                }
+            if Instant::now() >= deadline || !cluster.lease_held(&identity).await {
+                // The holder shares before it gives the lease back: an entry stored between
+                // the read above and the release is there now.
+                self.lease_waited(since);
                 if let Some(entry) = self.read_shared(fill, &identity, &tokens).await {
-                    self.lease_waited(waited_since);
                     return Some(TierFill::Shared(entry));
                 }
-                if !cluster.lease_held(&identity).await {
-                    break;
-                }
+                return Some(TierFill::Alone);
             }
         }
     }
 
-    fn lease_waited(&self, since: Option<Instant>) {
-        if let Some(since) = since {
-            self.metrics
-                .cluster_lease_wait
-                .observe(since.elapsed().as_secs_f64());
-        }
+    fn lease_waited(&self, since: Instant) {
+        self.metrics
+            .cluster_lease_wait
+            .observe(since.elapsed().as_secs_f64());
     }
 
     /// Shares what the fill got (when it may be shared) and gives the lease back.

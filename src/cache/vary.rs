@@ -92,6 +92,11 @@ impl Varies {
         }
     }
 
+    /// Whether the answer varies on no request header beyond the key.
+    pub fn is_empty(&self) -> bool {
+        self.headers.is_empty() && !self.star
+    }
+
     /// `Vary: *`: the answer is the fetching request's alone.
     pub fn is_star(&self) -> bool {
         self.star

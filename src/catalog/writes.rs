@@ -23,6 +23,18 @@ pub enum Touched {
     Nothing,
 }
 
+impl Touched {
+    /// Every table in a loose namespace; one that names nothing (`.`, an empty name) cannot be
+    /// told apart from the root, so it touches everything.
+    pub fn namespace(loose: Vec<String>) -> Touched {
+        if loose.is_empty() {
+            Touched::Everything
+        } else {
+            Touched::Namespace(loose)
+        }
+    }
+}
+
 /// Whether the request may change what a loadTable answers.
 pub fn is_write(route: &Route, method: &Method) -> bool {
     if route.operation.is_mutation() {
@@ -91,7 +103,7 @@ pub fn touched(route: &Route, body: Option<&[u8]>) -> Touched {
             _ => Touched::Everything,
         },
         DropNamespace => match &route.namespace {
-            Some(namespace) => Touched::Namespace(loose_namespace(namespace)),
+            Some(namespace) => Touched::namespace(loose_namespace(namespace)),
             None => Touched::Everything,
         },
         CreateNamespace | UpdateNamespaceProperties => Touched::Nothing,

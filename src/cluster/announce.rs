@@ -55,7 +55,7 @@ impl Message {
         if !self.n.is_empty() {
             // A namespace message names one namespace; a mixed one is read as everything.
             return if self.t.is_empty() && self.n.len() == 1 {
-                Touched::Namespace(self.n[0].clone())
+                Touched::namespace(self.n[0].clone())
             } else {
                 Touched::Everything
             };

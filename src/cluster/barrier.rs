@@ -13,10 +13,10 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
 use super::health::Health;
-use super::names::Names;
 use crate::ops::metrics::Metrics;
 
-/// A table's tokens: the dataset's instance, the epoch, its namespaces' and its own versions.
+/// A table's tokens: the epoch's, its namespaces' and its own (random values, replaced by
+/// every write that touches them).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Tokens(pub Vec<u64>);
 
@@ -28,7 +28,6 @@ pub struct Pending {
 
 pub struct Rounds {
     pub connection: ConnectionManager,
-    pub names: Arc<Names>,
     pub health: Arc<Health>,
     pub metrics: Arc<Metrics>,
     pub interval: Duration,
@@ -70,7 +69,7 @@ impl Rounds {
         self.metrics.cluster_redis("round");
         let answer = tokio::time::timeout(
             self.timeout,
-            command.query_async::<Vec<Option<String>>>(&mut connection),
+            command.query_async::<Vec<Option<Vec<u8>>>>(&mut connection),
         )
         .await;
         let values = match answer {
@@ -83,27 +82,37 @@ impl Rounds {
                 return;
             }
         };
-        let instance_key = self.names.instance();
-        let mut read: HashMap<&str, u64> = HashMap::with_capacity(keys.len());
-        let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
-        let mut instance_missing = false;
-        for (key, value) in keys.iter().zip(&values) {
-            let number = match value {
+        // A token that is missing (never written, evicted, flushed, a failover to an empty
+        // node) gets a fresh random value, so no entry made under an earlier value can match
+        // again: a token never goes back to a value it had.
+        let missing: Vec<&str> = keys
+            .iter()
+            .zip(&values)
+            .filter(|(_, v)| v.is_none())
+            .map(|(k, _)| k.as_str())
+            .collect();
+        let created = if missing.is_empty() {
+            Vec::new()
+        } else {
+            match self.create(&missing).await {
+                Some(created) => created,
                 None => {
-                    instance_missing |= *key == instance_key;
-                    0
+                    self.health.down(&self.metrics, "creating tokens failed");
+                    for lookup in batch {
+                        let _ = lookup.answer.send(None);
+                    }
+                    return;
                 }
-                // The instance is a random word; a version is a number.
-                Some(text) => text.parse().unwrap_or_else(|_| hash_word(text)),
+            }
+        };
+        let mut created = created.into_iter();
+        let mut read: HashMap<&str, u64> = HashMap::with_capacity(keys.len());
+        for (key, value) in keys.iter().zip(&values) {
+            let token = match value {
+                Some(bytes) => token_of(bytes),
+                None => token_of(&created.next().unwrap_or_default()),
             };
-            read.insert(key, number);
-        }
-        if instance_missing {
-            // A new, empty dataset (flushed, or failed over): name it, so every token read
-            // from the old one stops matching.
-            self.health
-                .rename_dataset(&self.connection, &self.names, &self.metrics, self.timeout)
-                .await;
+            read.insert(key, token);
         }
         self.metrics.cluster_round_lookups(batch.len());
         for lookup in batch {
@@ -116,8 +125,50 @@ impl Rounds {
     }
 }
 
-fn hash_word(text: &str) -> u64 {
-    let hash = blake3::hash(text.as_bytes());
+impl Rounds {
+    /// Sets each missing token to a fresh random value unless another replica just did;
+    /// returns the values now held, in order.
+    async fn create(&self, missing: &[&str]) -> Option<Vec<Vec<u8>>> {
+        let mut pipe = redis::pipe();
+        let mut fresh = Vec::with_capacity(missing.len());
+        for key in missing {
+            let value = super::random_token().to_string().into_bytes();
+            pipe.cmd("SET").arg(*key).arg(&value).arg("NX").arg("GET");
+            fresh.push(value);
+        }
+        let mut connection = self.connection.clone();
+        self.metrics.cluster_redis("create");
+        let answer = tokio::time::timeout(
+            self.timeout,
+            pipe.query_async::<Vec<Option<Vec<u8>>>>(&mut connection),
+        )
+        .await;
+        match answer {
+            // SET … NX GET answers the value it found (and did not replace), or nil when it
+            // set ours.
+            Ok(Ok(found)) if found.len() == fresh.len() => Some(
+                found
+                    .into_iter()
+                    .zip(fresh)
+                    .map(|(found, ours)| found.unwrap_or(ours))
+                    .collect(),
+            ),
+            _ => None,
+        }
+    }
+}
+
+/// A token icecache wrote is a number; anything else written there (garbage, bytes that are
+/// not text) is read as what it hashes to: a value no entry was made under.
+fn token_of(bytes: &[u8]) -> u64 {
+    std::str::from_utf8(bytes)
+        .ok()
+        .and_then(|text| text.parse().ok())
+        .unwrap_or_else(|| hash_word(bytes))
+}
+
+fn hash_word(bytes: &[u8]) -> u64 {
+    let hash = blake3::hash(bytes);
     let mut bytes = [0u8; 8];
     bytes.copy_from_slice(&hash.as_bytes()[..8]);
     u64::from_le_bytes(bytes)

@@ -1,28 +1,88 @@
-//! Whether Redis can be reached, and what it takes to trust it again. Any failed command makes
-//! the replica degraded and dirty; a background check pings Redis until it answers, then (when
-//! dirty) moves the epoch before the replica is live again: writes answered while the replica
-//! could not announce them, or tokens a restarted Redis lost, can then never make an older
-//! entry look current, anywhere in the tier.
+//! Whether this replica may trust Redis, and the tier's heartbeat.
+//!
+//! Every replica writes a heartbeat to Redis four times a second: until when (on Redis's
+//! clock) it is known to be live. The heartbeat is a write, so a Redis that refuses writes (out
+//! of memory, an ACL change) makes every replica degraded, not only the one that wrote last.
+//! A replica whose heartbeat lapsed may be answering writes it cannot tell Redis of (a network
+//! partition between it and Redis alone): while any has lapsed, the others distrust what they
+//! hold and ask the catalog. A replica that answered a write Redis was not told of is dirty: its
+//! next heartbeat moves the epoch (so no older entry anywhere looks current) and announces it.
+//! A lapsed replica is forgotten after `member_timeout`; a replica out of touch that long
+//! refuses writes, since the others no longer wait for it.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use redis::aio::ConnectionManager;
-use tokio::sync::Notify;
+use tokio::sync::{watch, Notify};
+use tokio::time::Instant;
 
+use super::announce::Message;
 use super::names::Names;
+use super::settings::ClusterSettings;
+use super::{now_ms, random_token};
+use crate::catalog::writes::Touched;
 use crate::ops::metrics::Metrics;
 
-/// How often a degraded replica asks Redis whether it is back.
-const RECHECK: Duration = Duration::from_millis(250);
+/// How often a replica beats (and, while degraded, tries Redis again).
+pub const HEARTBEAT: Duration = Duration::from_millis(250);
+/// How long after a heartbeat Redis holds the replica live.
+const MEMBER_LEASE: Duration = Duration::from_secs(1);
+/// Scheduling slack on top of the times a write waits to be covered.
+const SLACK: Duration = Duration::from_millis(50);
+/// How often a replica that keeps failing says so in its log.
+const WARN_EVERY: Duration = Duration::from_secs(30);
 
-#[derive(Default)]
+/// One heartbeat: tick this replica's clock; move the epoch first when dirty or when the clock is behind
+/// what this replica saw (Redis lost writes), and announce it; then renew this replica's
+/// lease, prove the subscription on its own channel, and count (and forget) the replicas whose
+/// leases lapsed. A command Redis refuses stops the script before the lease is renewed: a
+/// replica that cannot move the epoch cannot look live.
+const BEAT: &str = r"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local clock = redis.call('INCR', KEYS[3])
+redis.call('PEXPIRE', KEYS[3], tonumber(ARGV[3]) * 2)
+local moved = 0
+if ARGV[4] == '1' or clock <= tonumber(ARGV[8]) then
+  redis.call('SET', KEYS[2], ARGV[9])
+  redis.call('PUBLISH', ARGV[5], ARGV[6])
+  moved = 1
+end
+redis.call('HSET', KEYS[1], ARGV[1], now + tonumber(ARGV[2]))
+redis.call('PUBLISH', ARGV[7], 'beat')
+local lapsed = 0
+local members = redis.call('HGETALL', KEYS[1])
+for i = 1, #members, 2 do
+  local live_until = tonumber(members[i + 1])
+  if live_until == nil or live_until <= now - tonumber(ARGV[3]) then
+    redis.call('HDEL', KEYS[1], members[i])
+  elseif live_until <= now then
+    lapsed = lapsed + 1
+  end
+end
+return {lapsed, clock, moved}
+";
+
 pub struct Health {
     degraded: AtomicBool,
-    /// Something may have happened that Redis does not know of.
+    /// A write was answered that Redis was not told of.
     dirty: AtomicBool,
+    /// Another replica's heartbeat lapsed.
+    suspect: AtomicBool,
+    /// The highest value of the tier's clock this replica has seen.
+    clock_seen: AtomicU64,
+    /// When the last heartbeat that did not move the epoch was sent (it may have reached
+    /// Redis even if its answer was lost).
+    last_clean_sent: Mutex<Option<Instant>>,
+    /// When the last heartbeat Redis took was sent; None until the first.
+    last_beat: Mutex<Option<Instant>>,
+    /// Heartbeats started (numbering them), and the highest number whose epoch move landed.
+    beats_started: AtomicU64,
+    covered: watch::Sender<u64>,
     wake: Notify,
+    last_warned: Mutex<Option<Instant>>,
 }
 
 impl Health {
@@ -31,7 +91,14 @@ impl Health {
         Health {
             degraded: AtomicBool::new(true),
             dirty: AtomicBool::new(false),
+            suspect: AtomicBool::new(false),
+            clock_seen: AtomicU64::new(0),
+            last_beat: Mutex::new(None),
+            last_clean_sent: Mutex::new(None),
+            beats_started: AtomicU64::new(0),
+            covered: watch::Sender::new(0),
             wake: Notify::new(),
+            last_warned: Mutex::new(None),
         }
     }
 
@@ -39,108 +106,180 @@ impl Health {
         self.degraded.load(Ordering::Acquire)
     }
 
-    /// Redis failed a command: degraded until the check brings it back.
+    /// A clock value Redis returned (a write this replica announced ticked it).
+    pub fn saw_clock(&self, clock: u64) {
+        self.clock_seen.fetch_max(clock, Ordering::AcqRel);
+    }
+
+    pub fn is_suspect(&self) -> bool {
+        self.suspect.load(Ordering::Acquire)
+    }
+
+    pub fn has_joined(&self) -> bool {
+        self.last_beat().is_some()
+    }
+
+    fn last_beat(&self) -> Option<Instant> {
+        self.last_beat.lock().map_or(None, |at| *at)
+    }
+
+    /// Whether this replica's last heartbeat is older than `limit` (or there was none).
+    pub fn out_of_touch(&self, limit: Duration) -> bool {
+        self.last_beat().is_none_or(|at| at.elapsed() > limit)
+    }
+
+    /// Redis failed a command: degraded until a heartbeat succeeds.
     pub fn down(&self, metrics: &Metrics, why: &str) {
-        self.dirty.store(true, Ordering::Release);
         if !self.degraded.swap(true, Ordering::AcqRel) {
-            tracing::warn!(reason = why, "Redis unreachable: this replica is degraded");
             metrics.cluster_degraded.set(1);
             metrics.cluster_redis_error();
+            self.warn(why, true);
+        } else {
+            self.warn(why, false);
         }
-        self.wake.notify_one();
     }
 
-    /// A write was answered that Redis could not be told of.
-    pub fn mark_dirty(&self) {
+    /// Logs a failure: always on the way down, then at most every `WARN_EVERY` (a replica
+    /// that never reaches Redis says so, and why).
+    fn warn(&self, why: &str, transition: bool) {
+        let Ok(mut last) = self.last_warned.lock() else {
+            return;
+        };
+        if transition || last.is_none_or(|at| at.elapsed() >= WARN_EVERY) {
+            *last = Some(Instant::now());
+            tracing::warn!(reason = why, "Redis unusable: this replica is degraded");
+        }
+    }
+
+    /// Waits until a write this replica answered without telling Redis is covered: a
+    /// heartbeat that started after it moved the epoch, or every other replica has had time
+    /// to see this one's heartbeat lapse.
+    pub async fn cover_write(&self, settings: &ClusterSettings) {
         self.dirty.store(true, Ordering::Release);
+        let needed = self.beats_started.load(Ordering::Acquire) + 1;
+        let mut covered = self.covered.subscribe();
         self.wake.notify_one();
-    }
-
-    /// Names a new dataset after a flush or a failover to an empty node.
-    pub async fn rename_dataset(
-        &self,
-        connection: &ConnectionManager,
-        names: &Names,
-        metrics: &Metrics,
-        timeout: Duration,
-    ) {
-        let mut connection = connection.clone();
-        let mut word = [0u8; 16];
-        let _ = getrandom::getrandom(&mut word);
-        let word: String = word.iter().map(|b| format!("{b:02x}")).collect();
-        metrics.cluster_redis("instance");
-        let mut set = redis::cmd("SET");
-        set.arg(names.instance()).arg(word).arg("NX");
-        let named = set.query_async::<Option<String>>(&mut connection);
-        if !matches!(tokio::time::timeout(timeout, named).await, Ok(Ok(_))) {
-            self.down(metrics, "naming the dataset failed");
+        // The last heartbeat that may have reached Redis without moving the epoch (sent while
+        // live, its answer perhaps lost) holds this replica live for MEMBER_LEASE after Redis
+        // received it, at most redis_timeout after it was sent; each other replica sees the
+        // lapse within a heartbeat, the wait for its answer, and its round trip.
+        let timeout = settings.redis_timeout;
+        let sent = self.last_clean_sent.lock().map_or(None, |at| *at);
+        let deadline = sent.map_or_else(Instant::now, |at| {
+            at + timeout + MEMBER_LEASE + HEARTBEAT + timeout * 2 + SLACK
+        });
+        tokio::select! {
+            _ = covered.wait_for(|done| *done >= needed) => {}
+            _ = tokio::time::sleep_until(deadline) => {}
         }
     }
 
-    /// Keeps checking Redis while degraded; runs until the process ends.
+    /// Beats until the process ends (while degraded, the same beat is the attempt to come
+    /// back).
     pub async fn watch(
         self: Arc<Self>,
         connection: ConnectionManager,
         names: Arc<Names>,
         metrics: Arc<Metrics>,
-        timeout: Duration,
+        settings: ClusterSettings,
+        replica: String,
     ) {
+        let script = redis::Script::new(BEAT);
         loop {
-            if !self.is_degraded() && !self.dirty.load(Ordering::Acquire) {
-                self.wake.notified().await;
-                continue;
+            self.beat(&script, &connection, &names, &metrics, &settings, &replica)
+                .await;
+            tokio::select! {
+                _ = tokio::time::sleep(HEARTBEAT) => {}
+                _ = self.wake.notified() => {}
             }
-            if self.recover(&connection, &names, &metrics, timeout).await {
-                continue;
-            }
-            tokio::time::sleep(RECHECK).await;
         }
     }
 
-    /// One attempt to make the replica live: the dataset named, the epoch moved when dirty.
-    async fn recover(
+    async fn beat(
         &self,
+        script: &redis::Script,
         connection: &ConnectionManager,
         names: &Names,
         metrics: &Metrics,
-        timeout: Duration,
-    ) -> bool {
-        let mut connection = connection.clone();
+        settings: &ClusterSettings,
+        replica: &str,
+    ) {
+        let number = self.beats_started.fetch_add(1, Ordering::AcqRel) + 1;
         let dirty = self.dirty.swap(false, Ordering::AcqRel);
-        let mut pipe = redis::pipe();
-        pipe.cmd("SET")
-            .arg(names.instance())
-            .arg(format!("{:016x}", rand_u64()))
-            .arg("NX")
-            .ignore();
-        if dirty {
-            pipe.cmd("INCR").arg(names.epoch()).ignore();
+        // A beat sent while degraded (after joining) moves the epoch too: it may land after a
+        // write this replica answered meanwhile, and then it must not renew the lease alone.
+        // So only the beats sent while live bound how long a write waits to be covered.
+        let moves = dirty || (self.is_degraded() && self.has_joined());
+        let sent = Instant::now();
+        if !moves {
+            if let Ok(mut last) = self.last_clean_sent.lock() {
+                *last = Some(sent);
+            }
         }
-        metrics.cluster_redis("recover");
-        let result = tokio::time::timeout(timeout, pipe.query_async::<()>(&mut connection)).await;
-        if matches!(result, Ok(Ok(()))) {
-            if self.degraded.swap(false, Ordering::AcqRel) {
-                tracing::info!(
-                    epoch_moved = dirty,
-                    "Redis answers again: this replica is live"
-                );
+        // The epoch move is ready in every beat: the script also makes it when the clock is
+        // behind, which only Redis can tell.
+        let message = serde_json::to_string(&Message::new(replica, now_ms(), &Touched::Everything))
+            .unwrap_or_default();
+        let mut invocation = script.key(names.members());
+        invocation
+            .key(names.epoch())
+            .key(names.clock(replica))
+            .arg(replica)
+            .arg(millis(MEMBER_LEASE))
+            .arg(millis(settings.member_timeout))
+            .arg(if moves { "1" } else { "" })
+            .arg(names.channel())
+            .arg(message)
+            .arg(names.beat_channel(replica))
+            .arg(self.clock_seen.load(Ordering::Acquire))
+            .arg(random_token().to_string());
+        let mut connection = connection.clone();
+        metrics.cluster_redis("beat");
+        let result = tokio::time::timeout(
+            settings.redis_timeout,
+            invocation.invoke_async::<(i64, u64, i64)>(&mut connection),
+        )
+        .await;
+        match result {
+            Ok(Ok((lapsed, clock, moved))) => {
+                let behind = clock <= self.clock_seen.load(Ordering::Acquire);
+                self.saw_clock(clock);
+                if behind && moved == 1 {
+                    metrics.cluster_redis_rewound.inc();
+                    tracing::warn!(
+                        "Redis lost writes (a flush, a restart, a failover): the epoch moved"
+                    );
+                }
+                if let Ok(mut last) = self.last_beat.lock() {
+                    *last = Some(sent);
+                }
+                self.suspect.store(lapsed > 0, Ordering::Release);
+                metrics.cluster_lapsed.set(lapsed);
+                if moves {
+                    self.covered.send_modify(|done| *done = (*done).max(number));
+                }
+                if self.degraded.swap(false, Ordering::AcqRel) {
+                    tracing::info!(
+                        epoch_moved = moved == 1,
+                        "Redis answers: this replica is live"
+                    );
+                }
+                metrics.cluster_degraded.set(0);
             }
-            metrics.cluster_degraded.set(0);
-            true
-        } else {
-            if dirty {
-                self.dirty.store(true, Ordering::Release);
+            failed => {
+                if dirty {
+                    self.dirty.store(true, Ordering::Release);
+                }
+                let why = match failed {
+                    Ok(Err(e)) => format!("heartbeat: {e}"),
+                    _ => "heartbeat timed out".to_owned(),
+                };
+                self.down(metrics, &why);
             }
-            if !self.degraded.swap(true, Ordering::AcqRel) {
-                metrics.cluster_degraded.set(1);
-            }
-            false
         }
     }
 }
 
-fn rand_u64() -> u64 {
-    let mut bytes = [0u8; 8];
-    let _ = getrandom::getrandom(&mut bytes);
-    u64::from_le_bytes(bytes)
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }

@@ -86,6 +86,14 @@ pub struct Cluster {
 const RELEASE: &str = "if redis.call('get', KEYS[1]) == ARGV[1] then \
                        return redis.call('del', KEYS[1]) else return 0 end";
 
+/// A fresh token value: random, so a token never returns to a value it had (a counter
+/// restarted from a lost key would).
+pub fn random_token() -> u64 {
+    let mut bytes = [0u8; 8];
+    let _ = getrandom::getrandom(&mut bytes);
+    u64::from_le_bytes(bytes)
+}
+
 pub fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -130,7 +138,6 @@ impl Cluster {
         tokio::spawn(
             Rounds {
                 connection: connection.clone(),
-                names: names.clone(),
                 health: health.clone(),
                 metrics: metrics.clone(),
                 interval: settings.barrier_interval,
@@ -138,14 +145,14 @@ impl Cluster {
             }
             .run(pending),
         );
+        let replica = format!("{:016x}", random_token());
         tokio::spawn(health.clone().watch(
             connection.clone(),
             names.clone(),
             metrics.clone(),
-            settings.redis_timeout,
+            settings.clone(),
+            replica.clone(),
         ));
-        let mut word = [0u8; 8];
-        let _ = getrandom::getrandom(&mut word);
         let (invalidate, invalidations) = mpsc::unbounded_channel();
         let cluster = Arc::new(Cluster {
             mac_key: settings.key.subkey("shared entries"),
@@ -154,7 +161,7 @@ impl Cluster {
             connection,
             health,
             rounds,
-            replica: format!("{:016x}", u64::from_le_bytes(word)),
+            replica,
             metrics,
             invalidations: Mutex::new(Some(invalidations)),
             listening: Arc::default(),
@@ -165,6 +172,7 @@ impl Cluster {
                 url: cluster.settings.redis_url.0.clone(),
                 timeout: cluster.settings.redis_timeout,
                 channel: cluster.names.channel(),
+                beat_channel: cluster.names.beat_channel(&cluster.replica),
                 consistency: cluster.settings.consistency,
                 replica: cluster.replica.clone(),
                 listening: cluster.listening.clone(),
@@ -226,25 +234,27 @@ impl Cluster {
         }
     }
 
-    /// Moves the versions of what a write touched and tells the other replicas, before the
-    /// write's answer returns. Redis failing leaves the replica dirty: the epoch moves when
-    /// it is back, so nobody serves what this write changed.
+    /// Replaces the tokens of what a write touched and tells the other replicas, before the
+    /// write's answer returns. When Redis cannot be told, the replica is dirty (its next
+    /// heartbeat moves the epoch) and the answer waits until the write is covered: by that
+    /// heartbeat, or by the time every other replica must have seen this one's heartbeat lapse
+    /// (they then ask the catalog until it is back).
     pub async fn announce(&self, touched: &Touched) {
         let mut pipe = redis::pipe();
+        let mut replace = |key: String| {
+            pipe.cmd("SET")
+                .arg(key)
+                .arg(random_token().to_string())
+                .ignore();
+        };
         match touched {
             Touched::Tables(tables) => {
                 for table in tables {
-                    pipe.cmd("INCR").arg(self.names.table(table)).ignore();
+                    replace(self.names.table(table));
                 }
             }
-            Touched::Namespace(namespace) => {
-                pipe.cmd("INCR")
-                    .arg(self.names.namespace(namespace))
-                    .ignore();
-            }
-            Touched::Everything => {
-                pipe.cmd("INCR").arg(self.names.epoch()).ignore();
-            }
+            Touched::Namespace(namespace) => replace(self.names.namespace(namespace)),
+            Touched::Everything => replace(self.names.epoch()),
             Touched::Nothing => return,
         }
         let message = serde_json::to_string(&Message::new(&self.replica, now_ms(), touched))
@@ -253,21 +263,79 @@ impl Cluster {
             .arg(self.names.channel())
             .arg(message)
             .ignore();
-        if self.health.is_degraded() {
-            self.health.mark_dirty();
-            return;
+        // The write ticks the clock: if Redis later loses it (a failover to a replica that
+        // lagged), this replica's next heartbeat sees the clock behind and moves the epoch.
+        let clock = self.names.clock(&self.replica);
+        pipe.cmd("INCR").arg(&clock);
+        pipe.cmd("PEXPIRE")
+            .arg(&clock)
+            .arg(
+                self.settings
+                    .member_timeout
+                    .as_millis()
+                    .saturating_mul(2)
+                    .to_string(),
+            )
+            .ignore();
+        if !self.health.is_degraded() {
+            self.metrics.cluster_redis("announce");
+            let mut connection = self.connection.clone();
+            let done = tokio::time::timeout(
+                self.settings.redis_timeout,
+                pipe.query_async::<(u64,)>(&mut connection),
+            )
+            .await;
+            match done {
+                Ok(Ok((clock,))) => {
+                    self.health.saw_clock(clock);
+                    self.metrics.cluster_published.inc();
+                    return;
+                }
+                Ok(Err(e)) => self
+                    .health
+                    .down(&self.metrics, &format!("announcing a write: {e}")),
+                Err(_) => self
+                    .health
+                    .down(&self.metrics, "announcing a write timed out"),
+            }
         }
-        self.metrics.cluster_redis("announce");
+        self.metrics.cluster_unannounced.inc();
+        self.health.cover_write(&self.settings).await;
+    }
+
+    /// Whether a lookup must not trust what is held here: Redis is away, or another replica's
+    /// heartbeat lapsed (it may be answering writes Redis is not told of).
+    pub fn distrusts_tier(&self) -> bool {
+        self.health.is_degraded() || self.health.is_suspect()
+    }
+
+    /// A replica that has not reached Redis for `member_timeout` (or never has) refuses
+    /// writes: the others have stopped waiting for it, and would not see them. Counts each
+    /// write it refuses.
+    pub fn refuses_writes(&self) -> bool {
+        let refuses = self.health.out_of_touch(self.settings.member_timeout);
+        if refuses {
+            self.metrics.cluster_writes_refused.inc();
+        }
+        refuses
+    }
+
+    /// Whether this replica has reached Redis at least once (readiness).
+    pub fn has_joined(&self) -> bool {
+        self.health.has_joined()
+    }
+
+    /// Takes this replica out of the tier's heartbeats (a clean shutdown: the others need not
+    /// wait for it).
+    pub async fn leave(&self) {
         let mut connection = self.connection.clone();
-        let done = tokio::time::timeout(
+        let mut gone = redis::cmd("HDEL");
+        gone.arg(self.names.members()).arg(&self.replica);
+        let _ = tokio::time::timeout(
             self.settings.redis_timeout,
-            pipe.query_async::<()>(&mut connection),
+            gone.query_async::<i64>(&mut connection),
         )
         .await;
-        match done {
-            Ok(Ok(())) => self.metrics.cluster_published.inc(),
-            _ => self.health.down(&self.metrics, "announcing a write failed"),
-        }
     }
 
     /// The entry the tier shares under `identity`, if it is authentic and current.
@@ -348,20 +416,29 @@ impl Cluster {
         let mut connection = self.connection.clone();
         self.metrics.cluster_redis("lease");
         let millis = u64::try_from(self.settings.lease.as_millis()).unwrap_or(u64::MAX);
+        let name = self.names.lease(identity);
+        // A lease key without an expiry (a PERSIST, a restore) would hold every fill of this
+        // entry back forever: give it the lease's.
+        let mut pipe = redis::pipe();
+        pipe.cmd("SET")
+            .arg(&name)
+            .arg(&self.replica)
+            .arg("NX")
+            .arg("PX")
+            .arg(millis)
+            .cmd("PEXPIRE")
+            .arg(&name)
+            .arg(millis)
+            .arg("NX")
+            .ignore();
         let taken = tokio::time::timeout(
             self.settings.redis_timeout,
-            redis::cmd("SET")
-                .arg(self.names.lease(identity))
-                .arg(&self.replica)
-                .arg("NX")
-                .arg("PX")
-                .arg(millis)
-                .query_async::<Option<String>>(&mut connection),
+            pipe.query_async::<(Option<String>,)>(&mut connection),
         )
         .await;
         match taken {
-            Ok(Ok(Some(_))) => Lease::Won,
-            Ok(Ok(None)) => Lease::Held,
+            Ok(Ok((Some(_),))) => Lease::Won,
+            Ok(Ok((None,))) => Lease::Held,
             _ => {
                 self.health.down(&self.metrics, "taking a lease failed");
                 Lease::Unavailable

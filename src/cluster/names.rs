@@ -28,15 +28,29 @@ impl Names {
         format!("{}:{kind}:{}", self.prefix, &hex.as_str()[..32])
     }
 
-    /// Set once per Redis dataset: when it changes (a flush, a failover to an empty node),
-    /// every token read before means nothing.
-    pub fn instance(&self) -> String {
-        format!("{}:instance", self.prefix)
-    }
-
-    /// Moved by writes icecache cannot name tables for, and after Redis was unreachable.
+    /// Moved by writes icecache cannot name tables for, and after a replica answered writes
+    /// Redis was not told of.
     pub fn epoch(&self) -> String {
         format!("{}:epoch", self.prefix)
+    }
+
+    /// Ticked by this replica's heartbeats and writes, and by nothing else: a value not above
+    /// one it saw means Redis lost writes (a flush, a restart without persistence, a failover
+    /// to a replica that lagged: it holds a prefix of what was written, so a lost token move
+    /// takes the tick after it along).
+    pub fn clock(&self, replica: &str) -> String {
+        format!("{}:clock:{replica}", self.prefix)
+    }
+
+    /// The replicas' heartbeats: replica → until when (Redis's clock) it is known to be live.
+    pub fn members(&self) -> String {
+        format!("{}:members", self.prefix)
+    }
+
+    /// The channel a replica's own heartbeat is published on: hearing it proves the
+    /// subscription works.
+    pub fn beat_channel(&self, replica: &str) -> String {
+        format!("{}:beat:{replica}", self.prefix)
     }
 
     pub fn table(&self, table: &LooseName) -> String {
@@ -50,12 +64,11 @@ impl Names {
         self.hash("n", &parts)
     }
 
-    /// The token keys whose values name a table's version: the dataset, the epoch, each
-    /// namespace it lies in (a namespace drop moves one), and the table itself.
+    /// The token keys whose values name a table's version: the epoch, each namespace it lies
+    /// in (a namespace drop moves one), and the table itself.
     pub fn tokens(&self, table: &LooseName) -> Vec<String> {
         let namespace = table.namespace();
-        let mut keys = Vec::with_capacity(namespace.len() + 3);
-        keys.push(self.instance());
+        let mut keys = Vec::with_capacity(namespace.len() + 2);
         keys.push(self.epoch());
         for depth in 1..=namespace.len() {
             keys.push(self.namespace(&namespace[..depth]));
@@ -89,6 +102,6 @@ mod tests {
         let two = Names::new("icecache", [2; 32]);
         assert_ne!(one.table(&table), two.table(&table));
         assert!(!one.table(&table).contains("secret"));
-        assert_eq!(one.tokens(&table).len(), 4);
+        assert_eq!(one.tokens(&table).len(), 3);
     }
 }

@@ -73,11 +73,22 @@ impl std::fmt::Debug for ClusterKey {
 pub struct RedisUrl(pub String);
 
 impl RedisUrl {
+    /// The URL without its user, password or query (a password may also be given as one).
     pub fn shown(&self) -> String {
-        match (self.0.split_once("://"), self.0.rfind('@')) {
-            (Some((scheme, _)), Some(at)) => format!("{scheme}://…@{}", &self.0[at + 1..]),
-            _ => self.0.clone(),
+        let Some((scheme, rest)) = self.0.split_once("://") else {
+            return "(not a URL)".to_owned();
+        };
+        let rest = rest.split(['?', '#']).next().unwrap_or("");
+        match rest.rfind('@') {
+            Some(at) => format!("{scheme}://…@{}", &rest[at + 1..]),
+            None => format!("{scheme}://{rest}"),
         }
+    }
+
+    /// Whether it names a Redis over TCP (`redis://`) or TLS (`rediss://`), the two forms
+    /// icecache takes.
+    pub fn is_tcp(&self) -> bool {
+        self.0.starts_with("redis://") || self.0.starts_with("rediss://")
     }
 }
 
@@ -93,6 +104,9 @@ pub const DEFAULT_MAX_SHARED_BYTES: u64 = 4 << 20;
 pub const DEFAULT_LEASE: Duration = Duration::from_secs(5);
 pub const DEFAULT_BARRIER_INTERVAL: Duration = Duration::from_millis(2);
 pub const DEFAULT_REDIS_TIMEOUT: Duration = Duration::from_millis(500);
+pub const DEFAULT_MEMBER_TIMEOUT: Duration = Duration::from_secs(60);
+/// Well above a heartbeat's lease, so a replica is not forgotten while it is merely slow.
+pub const MIN_MEMBER_TIMEOUT: Duration = Duration::from_secs(5);
 pub const DEFAULT_KEY_PREFIX: &str = "icecache";
 /// The shortest cluster key file accepted.
 pub const MIN_KEY_BYTES: usize = 32;
@@ -106,6 +120,7 @@ pub struct ClusterSettings {
     pub max_shared_bytes: u64,
     pub lease: Duration,
     pub barrier_interval: Duration,
+    pub member_timeout: Duration,
     pub redis_timeout: Duration,
     pub key_prefix: String,
 }
@@ -118,6 +133,12 @@ mod tests {
     fn a_redis_password_is_never_shown() {
         let url = RedisUrl("rediss://icecache:s3cret@redis:6380/0".into());
         assert_eq!(url.shown(), "rediss://…@redis:6380/0");
+        for url in [
+            "redis+unix:///run/r.sock?pass=s3cret",
+            "redis://h:1/0?password=s3cret#s3cret",
+        ] {
+            assert!(!RedisUrl(url.into()).shown().contains("s3cret"), "{url}");
+        }
         assert!(!format!("{url:?}").contains("s3cret"));
         assert!(!format!("{:?}", ClusterKey::derive(&[7; 32])).contains('7'));
     }

@@ -1,9 +1,11 @@
 //! Hearing the other replicas' announcements. Pub/sub delivers at most once: a replica whose
-//! subscription dropped has missed what was published meanwhile, and Redis may refuse the
-//! subscription again (a revoked channel, a restarted proxy), which the client's automatic
-//! resubscription does not retry. So the subscription is tracked here: while it is not known to
-//! be live, `bounded` lookups read the tokens as `read-your-writes` ones do, subscribing is
-//! retried, and once it is live again whatever is held is dropped (it may have missed a message).
+//! subscription dropped has missed what was published meanwhile, Redis may refuse the
+//! subscription again (a revoked channel), which the client's automatic resubscription does not
+//! retry, and a connection can go silent without closing. So the subscription is live only while
+//! the replica hears its own heartbeats on it: while it is not, `bounded` lookups read the
+//! tokens as `read-your-writes` ones do and subscribing is retried (on a new connection after
+//! silence), and once it is live again whatever is held is dropped (it may have missed a
+//! message).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -12,8 +14,10 @@ use std::time::Duration;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{PushInfo, PushKind};
 use tokio::sync::mpsc;
+use tokio::time::Instant;
 
 use super::announce::Message;
+use super::health::HEARTBEAT;
 use super::{client, now_ms, Consistency};
 use crate::catalog::writes::Touched;
 use crate::ops::metrics::Metrics;
@@ -40,6 +44,8 @@ pub struct Subscriber {
     pub url: String,
     pub timeout: Duration,
     pub channel: String,
+    /// This replica's own heartbeat channel.
+    pub beat_channel: String,
     pub consistency: Consistency,
     /// This replica's name in messages (it ignores its own).
     pub replica: String,
@@ -49,41 +55,83 @@ pub struct Subscriber {
 }
 
 impl Subscriber {
-    /// Listens until the process ends.
+    /// Listens until the process ends. The subscription counts as live only while this
+    /// replica hears its own heartbeats on it: a connection that went silent without closing
+    /// (a half-open TCP connection, a proxy that stopped forwarding) is replaced.
     pub async fn run(self) {
-        let (pushes, mut received) = mpsc::unbounded_channel::<PushInfo>();
-        let config = ConnectionManagerConfig::new()
-            .set_push_sender(pushes)
-            .set_automatic_resubscription()
-            .set_connection_timeout(Some(self.timeout))
-            .set_response_timeout(Some(self.timeout))
-            .set_min_delay(Duration::from_millis(50))
-            .set_max_delay(Duration::from_millis(500));
-        let manager =
-            client(&self.url).and_then(|c| ConnectionManager::new_lazy_with_config(c, config));
-        let Ok(mut manager) = manager else {
-            tracing::error!("cannot make the Redis subscription; announcements are not received");
-            return;
-        };
-        let mut retry = tokio::time::interval(RESUBSCRIBE);
-        retry.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            let (pushes, received) = mpsc::unbounded_channel::<PushInfo>();
+            let config = ConnectionManagerConfig::new()
+                .set_push_sender(pushes)
+                .set_automatic_resubscription()
+                .set_connection_timeout(Some(self.timeout))
+                .set_response_timeout(Some(self.timeout))
+                .set_min_delay(Duration::from_millis(50))
+                .set_max_delay(Duration::from_millis(500));
+            let manager =
+                client(&self.url).and_then(|c| ConnectionManager::new_lazy_with_config(c, config));
+            let Ok(manager) = manager else {
+                tracing::error!(
+                    "cannot make the Redis subscription; announcements are not received"
+                );
+                return;
+            };
+            if !self.listen(manager, received).await {
+                return;
+            }
+            tracing::warn!("the Redis subscription went silent; connecting it again");
+        }
+    }
+
+    /// Runs one connection until it goes silent (true) or the process ends (false).
+    async fn listen(
+        &self,
+        mut manager: ConnectionManager,
+        mut received: mpsc::UnboundedReceiver<PushInfo>,
+    ) -> bool {
+        let silence = HEARTBEAT * 4 + self.timeout * 2;
+        let mut last_beat = Instant::now();
+        let mut tick = tokio::time::interval(RESUBSCRIBE);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
                 push = received.recv() => match push {
-                    Some(push) => self.heard(push),
-                    None => return,
+                    Some(push) => {
+                        if self.heard(push) {
+                            last_beat = Instant::now();
+                        }
+                    }
+                    None => return false,
                 },
-                _ = retry.tick(), if !self.listening.is_live() => {
-                    if let Err(e) = manager.subscribe(&self.channel).await {
-                        tracing::debug!(error = %e, "subscribing to announcements failed; retrying");
+                _ = tick.tick() => {
+                    if last_beat.elapsed() > silence {
+                        self.listening.set(false, &self.metrics);
+                        return true;
+                    }
+                    if !self.listening.is_live() {
+                        let channels = [self.channel.as_str(), self.beat_channel.as_str()];
+                        if let Err(e) = manager.subscribe(&channels[..]).await {
+                            tracing::debug!(error = %e, "subscribing to announcements failed");
+                        }
                     }
                 }
             }
         }
     }
 
-    fn heard(&self, push: PushInfo) {
+    /// Handles one push; true when it was this replica's own heartbeat.
+    fn heard(&self, push: PushInfo) -> bool {
         match push.kind {
+            PushKind::Message if self.on_beat_channel(&push) => {
+                if !self.listening.is_live() {
+                    self.listening.set(true, &self.metrics);
+                    if self.consistency == Consistency::Bounded {
+                        // Filled while no message could arrive: one may have been missed.
+                        let _ = self.invalidate.send(Touched::Everything);
+                    }
+                }
+                return true;
+            }
             PushKind::Message => self.message(&push),
             PushKind::Disconnection => {
                 if self.listening.is_live() {
@@ -91,15 +139,16 @@ impl Subscriber {
                 }
                 self.listening.set(false, &self.metrics);
             }
-            PushKind::Subscribe if !self.listening.is_live() => {
-                self.listening.set(true, &self.metrics);
-                if self.consistency == Consistency::Bounded {
-                    // Filled while no message could arrive: one may have been missed.
-                    let _ = self.invalidate.send(Touched::Everything);
-                }
-            }
             _ => {}
         }
+        false
+    }
+
+    fn on_beat_channel(&self, push: &PushInfo) -> bool {
+        push.data
+            .first()
+            .and_then(|v| redis::from_redis_value_ref::<Vec<u8>>(v).ok())
+            .is_some_and(|channel| channel == self.beat_channel.as_bytes())
     }
 
     fn message(&self, push: &PushInfo) {

@@ -230,6 +230,15 @@ pub struct RawCluster {
     )]
     pub barrier_interval: Option<String>,
 
+    /// How long the others distrust their entries after a replica's heartbeat lapsed (it may
+    /// be answering writes Redis does not hear of); a replica out of touch with Redis this
+    /// long refuses writes. [default: 60s] [key: cluster.member_timeout]
+    #[arg(
+        long = "cluster-member-timeout",
+        env = "ICECACHE_CLUSTER_MEMBER_TIMEOUT"
+    )]
+    pub member_timeout: Option<String>,
+
     /// A Redis command not answered within this makes the replica degraded.
     /// [default: 500ms] [key: cluster.redis_timeout]
     #[arg(long = "cluster-redis-timeout", env = "ICECACHE_CLUSTER_REDIS_TIMEOUT")]
@@ -356,6 +365,7 @@ impl RawSettings {
                 max_shared_bytes,
                 lease,
                 barrier_interval,
+                member_timeout,
                 redis_timeout,
                 key_prefix
             }

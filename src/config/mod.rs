@@ -114,6 +114,10 @@ pub fn documented_defaults() -> Vec<(&'static str, String)> {
             show_duration(cluster::DEFAULT_BARRIER_INTERVAL),
         ),
         (
+            "cluster.member_timeout",
+            show_duration(cluster::DEFAULT_MEMBER_TIMEOUT),
+        ),
+        (
             "cluster.redis_timeout",
             show_duration(cluster::DEFAULT_REDIS_TIMEOUT),
         ),
@@ -339,6 +343,10 @@ impl Settings {
                 lines.push(format!(
                     "cluster.barrier_interval = {}",
                     show_duration(c.barrier_interval)
+                ));
+                lines.push(format!(
+                    "cluster.member_timeout = {}",
+                    show_duration(c.member_timeout)
                 ));
                 lines.push(format!(
                     "cluster.redis_timeout = {}",

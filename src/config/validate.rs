@@ -22,8 +22,8 @@ use super::{
 };
 use crate::cluster::settings::{
     ClusterKey, ClusterSettings, RedisUrl, DEFAULT_BARRIER_INTERVAL, DEFAULT_CONSISTENCY,
-    DEFAULT_KEY_PREFIX, DEFAULT_LEASE, DEFAULT_MAX_SHARED_BYTES, DEFAULT_ON_REDIS_DOWN,
-    DEFAULT_REDIS_TIMEOUT, MIN_KEY_BYTES,
+    DEFAULT_KEY_PREFIX, DEFAULT_LEASE, DEFAULT_MAX_SHARED_BYTES, DEFAULT_MEMBER_TIMEOUT,
+    DEFAULT_ON_REDIS_DOWN, DEFAULT_REDIS_TIMEOUT, MIN_KEY_BYTES, MIN_MEMBER_TIMEOUT,
 };
 use crate::listener::tls::{self, ListenerTls, UpstreamTls};
 use crate::origin::UpstreamUrl;
@@ -338,7 +338,12 @@ fn cache(raw: &RawCache, p: &mut Problems) -> CacheSettings {
 fn cluster(raw: &RawCluster, p: &mut Problems) -> Option<ClusterSettings> {
     let url = raw.redis_url.as_deref().filter(|u| !u.is_empty())?;
     let shown = RedisUrl(url.to_owned()).shown();
-    if let Err(e) = redis::IntoConnectionInfo::into_connection_info(url) {
+    if !RedisUrl(url.to_owned()).is_tcp() {
+        p.add(
+            "cluster.redis_url",
+            format!("{shown:?}: use redis://host:6379 or rediss://user@host:6380"),
+        );
+    } else if let Err(e) = redis::IntoConnectionInfo::into_connection_info(url) {
         p.add(
             "cluster.redis_url",
             format!(
@@ -391,6 +396,17 @@ fn cluster(raw: &RawCluster, p: &mut Problems) -> Option<ClusterSettings> {
         raw.barrier_interval.as_deref(),
         DEFAULT_BARRIER_INTERVAL,
     );
+    let member_timeout = p.duration(
+        "cluster.member_timeout",
+        raw.member_timeout.as_deref(),
+        DEFAULT_MEMBER_TIMEOUT,
+    );
+    if member_timeout < MIN_MEMBER_TIMEOUT {
+        p.add(
+            "cluster.member_timeout",
+            format!("must be at least {}s", MIN_MEMBER_TIMEOUT.as_secs()),
+        );
+    }
     let redis_timeout = p.positive_duration(
         "cluster.redis_timeout",
         raw.redis_timeout.as_deref(),
@@ -411,6 +427,7 @@ fn cluster(raw: &RawCluster, p: &mut Problems) -> Option<ClusterSettings> {
         max_shared_bytes,
         lease,
         barrier_interval,
+        member_timeout,
         redis_timeout,
         key_prefix,
     })

@@ -47,6 +47,14 @@ fn json(value: &serde_json::Value) -> Response<Body> {
 
 /// Ready once the catalog has answered anything; until then each probe asks it.
 async fn readiness(state: &State) -> Response<Body> {
+    if state.cache.as_ref().is_some_and(|c| !c.joined_tier()) {
+        // A replica that never reached Redis takes no traffic: writes through it could not be
+        // seen by the others.
+        return text(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "this replica has not reached the tier's Redis yet\n",
+        );
+    }
     if state.origin.has_answered() {
         return text(StatusCode::OK, "ready\n");
     }

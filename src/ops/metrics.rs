@@ -35,6 +35,10 @@ pub struct Metrics {
     cluster_redis_errors: IntCounter,
     pub cluster_degraded: IntGauge,
     pub cluster_subscribed: IntGauge,
+    pub cluster_lapsed: IntGauge,
+    pub cluster_unannounced: IntCounter,
+    pub cluster_writes_refused: IntCounter,
+    pub cluster_redis_rewound: IntCounter,
     cluster_shared_entries: IntCounterVec,
     pub cluster_published: IntCounter,
     cluster_received_messages: IntCounterVec,
@@ -223,8 +227,8 @@ impl Metrics {
             cluster_redis_commands: counter_vec(
                 &r,
                 "icecache_cluster_redis_round_trips_total",
-                "Round trips to Redis, by what they were for (round, announce, shared_get, \
-                 shared_put, lease, release, lease_check, instance, recover).",
+                "Round trips to Redis, by what they were for (round, create, announce, \
+                 shared_get, shared_put, lease, release, lease_check, beat).",
                 &["op"],
             ),
             cluster_redis_errors: counter(
@@ -242,6 +246,29 @@ impl Metrics {
                 "icecache_cluster_subscribed",
                 "1 while this replica hears the other replicas' announcements (under bounded, \
                  loads read Redis's tokens while it does not).",
+            ),
+            cluster_lapsed: gauge(
+                &r,
+                "icecache_cluster_lapsed_replicas",
+                "Other replicas whose heartbeat lapsed (within cluster.member_timeout): while \
+                 any has, loads follow cluster.on_redis_down.",
+            ),
+            cluster_unannounced: counter(
+                &r,
+                "icecache_cluster_unannounced_writes_total",
+                "Writes answered while Redis could not be told (each waited until covered).",
+            ),
+            cluster_writes_refused: counter(
+                &r,
+                "icecache_cluster_writes_refused_total",
+                "Writes refused (503) by a replica out of touch with Redis for \
+                 cluster.member_timeout.",
+            ),
+            cluster_redis_rewound: counter(
+                &r,
+                "icecache_cluster_redis_rewinds_total",
+                "Heartbeats that found the tier's clock behind what this replica saw (Redis \
+                 lost writes) and moved the epoch.",
             ),
             cluster_shared_entries: counter_vec(
                 &r,
@@ -366,14 +393,14 @@ impl Metrics {
     pub fn cluster_started(&self) {
         for op in [
             "round",
+            "create",
             "announce",
             "shared_get",
             "shared_put",
             "lease",
             "release",
             "lease_check",
-            "instance",
-            "recover",
+            "beat",
         ] {
             self.cluster_redis_commands.with_label_values(&[op]);
         }

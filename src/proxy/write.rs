@@ -19,6 +19,14 @@ pub async fn serve(
     exchange: Exchange<'_>,
     request: Request<Incoming>,
 ) -> Result<http::Response<Body>, ProxyError> {
+    if exchange
+        .state
+        .cache
+        .as_ref()
+        .is_some_and(|cache| cache.refuses_writes())
+    {
+        return Err(ProxyError::OutOfTouch);
+    }
     let (parts, body) = request.into_parts();
     let operation = exchange.route.operation;
     let idle = exchange.settings.request_timeout;

@@ -5,6 +5,9 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use serde_json::{json, Value};
+
+use super::standin::{version_of, Shape, StandIn};
 use super::{free_port, unique, Icecache};
 
 /// A redis-server process without persistence; killed when dropped.
@@ -248,4 +251,66 @@ impl Tier {
     pub fn url(&self, replica: usize) -> &str {
         &self.replicas[replica % self.replicas.len()].url
     }
+}
+
+// What the tier tests ask of a replica.
+
+pub const TABLE: &str = "/v1/namespaces/db/tables/t";
+
+pub async fn standin(shape: Shape) -> StandIn {
+    let standin = StandIn::start(shape).await;
+    standin.create("t");
+    standin
+}
+
+pub async fn load(url: &str, caller: &str) -> reqwest::Response {
+    reqwest::Client::new()
+        .get(format!("{url}{TABLE}"))
+        .bearer_auth(caller)
+        .send()
+        .await
+        .expect("the replica answers")
+}
+
+pub async fn version_at(url: &str) -> u64 {
+    let response = load(url, "alice").await;
+    assert_eq!(response.status(), 200);
+    version_of(&response.json::<Value>().await.unwrap()).unwrap()
+}
+
+pub async fn commit(url: &str) -> u64 {
+    let response = reqwest::Client::new()
+        .post(format!("{url}{TABLE}"))
+        .bearer_auth("alice")
+        .json(&json!({ "requirements": [], "updates": [] }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    version_of(&response.json::<Value>().await.unwrap()).unwrap()
+}
+
+pub fn x_cache(response: &reqwest::Response) -> String {
+    response.headers()["x-cache"].to_str().unwrap().to_owned()
+}
+
+/// The least a replica's Redis user needs, as the README gives it.
+pub const ACL: &[&str] = &[
+    "on",
+    "~icecache:*",
+    "&icecache:*",
+    "+@read",
+    "+@write",
+    "+@pubsub",
+    "+@scripting",
+    "+@connection",
+    "-@dangerous",
+    "+time",
+];
+
+pub fn restricted_user(redis: &Redis, user: &str) -> String {
+    let mut args = vec!["ACL", "SETUSER", user, ">tier-password"];
+    args.extend_from_slice(ACL);
+    redis.command(&args);
+    redis.url_as(user, "tier-password")
 }

@@ -4,6 +4,7 @@
 
 pub mod cluster;
 pub mod fake;
+pub mod gate;
 pub mod relay;
 pub mod standin;
 
