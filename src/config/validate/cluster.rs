@@ -1,0 +1,108 @@
+//! The `[cluster]` table into `ClusterSettings`.
+
+use super::Problems;
+use crate::cluster::settings::{
+    ClusterKey, ClusterSettings, RedisUrl, DEFAULT_BARRIER_INTERVAL, DEFAULT_CONSISTENCY,
+    DEFAULT_KEY_PREFIX, DEFAULT_LEASE, DEFAULT_MAX_SHARED_BYTES, DEFAULT_MEMBER_TIMEOUT,
+    DEFAULT_ON_REDIS_DOWN, DEFAULT_REDIS_TIMEOUT, MIN_KEY_BYTES, MIN_MEMBER_TIMEOUT,
+};
+use crate::config::RawCluster;
+
+/// The `[cluster]` table: None without a Redis URL.
+pub(super) fn settings(raw: &RawCluster, p: &mut Problems) -> Option<ClusterSettings> {
+    let url = raw.redis_url.as_deref().filter(|u| !u.is_empty())?;
+    let shown = RedisUrl(url.to_owned()).shown();
+    if !RedisUrl(url.to_owned()).is_tcp() {
+        p.add(
+            "cluster.redis_url",
+            format!("{shown:?}: use redis://host:6379 or rediss://user@host:6380"),
+        );
+    } else if let Err(e) = redis::IntoConnectionInfo::into_connection_info(url) {
+        p.add(
+            "cluster.redis_url",
+            format!(
+                "{shown:?} is not a Redis URL ({e}): use redis://host:6379 or \
+                 rediss://user@host:6380"
+            ),
+        );
+    }
+    let key = match &raw.key_file {
+        None => {
+            p.add(
+                "cluster.key_file",
+                "is required with cluster.redis_url: a file of at least 32 random bytes the \
+                 replicas share (--cluster-key-file, e.g. from a Secret)",
+            );
+            None
+        }
+        Some(path) => match std::fs::read(path) {
+            Ok(bytes) if bytes.len() >= MIN_KEY_BYTES => Some(ClusterKey::derive(&bytes)),
+            Ok(bytes) => {
+                p.add(
+                    "cluster.key_file",
+                    format!(
+                        "{} holds {} bytes; the shared key needs at least {MIN_KEY_BYTES} \
+                         (e.g. `head -c 32 /dev/urandom > {}`)",
+                        path.display(),
+                        bytes.len(),
+                        path.display()
+                    ),
+                );
+                None
+            }
+            Err(e) => {
+                p.add(
+                    "cluster.key_file",
+                    format!("cannot read {}: {e}", path.display()),
+                );
+                None
+            }
+        },
+    };
+    let max_shared_bytes = p.size(
+        "cluster.max_shared_bytes",
+        raw.max_shared_bytes.as_ref(),
+        DEFAULT_MAX_SHARED_BYTES,
+    );
+    let lease = p.positive_duration("cluster.lease", raw.lease.as_deref(), DEFAULT_LEASE);
+    let barrier_interval = p.duration(
+        "cluster.barrier_interval",
+        raw.barrier_interval.as_deref(),
+        DEFAULT_BARRIER_INTERVAL,
+    );
+    let member_timeout = p.duration(
+        "cluster.member_timeout",
+        raw.member_timeout.as_deref(),
+        DEFAULT_MEMBER_TIMEOUT,
+    );
+    if member_timeout < MIN_MEMBER_TIMEOUT {
+        p.add(
+            "cluster.member_timeout",
+            format!("must be at least {}s", MIN_MEMBER_TIMEOUT.as_secs()),
+        );
+    }
+    let redis_timeout = p.positive_duration(
+        "cluster.redis_timeout",
+        raw.redis_timeout.as_deref(),
+        DEFAULT_REDIS_TIMEOUT,
+    );
+    let key_prefix = raw
+        .key_prefix
+        .clone()
+        .unwrap_or_else(|| DEFAULT_KEY_PREFIX.to_owned());
+    if key_prefix.is_empty() || key_prefix.chars().any(char::is_whitespace) {
+        p.add("cluster.key_prefix", "must be a non-empty word");
+    }
+    Some(ClusterSettings {
+        redis_url: RedisUrl(url.to_owned()),
+        key: key?,
+        consistency: raw.consistency.unwrap_or(DEFAULT_CONSISTENCY),
+        on_redis_down: raw.on_redis_down.unwrap_or(DEFAULT_ON_REDIS_DOWN),
+        max_shared_bytes,
+        lease,
+        barrier_interval,
+        member_timeout,
+        redis_timeout,
+        key_prefix,
+    })
+}
