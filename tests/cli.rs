@@ -410,3 +410,43 @@ fn a_redis_url_that_is_not_tcp_is_refused_without_showing_its_password() {
         }
     }
 }
+
+#[test]
+fn cluster_durations_beyond_their_bounds_and_a_glob_prefix_are_refused() {
+    let key = config_file("0123456789abcdef0123456789abcdef");
+    let file = config_file(&format!(
+        "upstream = \"http://a:1\"\n[cluster]\nredis_url = \"redis://127.0.0.1:6379\"\n\
+         key_file = \"{}\"\nlease = \"18446744073709551615ms\"\nmember_timeout = \"99999999999999s\"\n\
+         barrier_interval = \"99999999999s\"\nredis_timeout = \"2h\"\nkey_prefix = \"a*b\"\n",
+        key.0.display()
+    ));
+    let output = icecache(&["check-config", file.0.to_str().unwrap()]);
+    assert_eq!(output.status.code(), Some(64));
+    let err = stderr(&output);
+    for key in [
+        "cluster.lease",
+        "cluster.member_timeout",
+        "cluster.barrier_interval",
+        "cluster.redis_timeout",
+        "cluster.key_prefix",
+    ] {
+        assert!(err.contains(key), "{key} missing from: {err}");
+    }
+}
+
+#[test]
+fn a_cluster_key_without_a_redis_url_is_refused() {
+    let key = config_file("0123456789abcdef0123456789abcdef");
+    let output = icecache(&[
+        "--upstream",
+        "http://a:1",
+        "--cluster-key-file",
+        key.0.to_str().unwrap(),
+    ]);
+    assert_eq!(output.status.code(), Some(64));
+    assert!(
+        stderr(&output).contains("cluster.redis_url"),
+        "{}",
+        stderr(&output)
+    );
+}

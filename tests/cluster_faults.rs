@@ -666,3 +666,87 @@ async fn a_purge_of_a_namespace_that_names_nothing_purges_everything_on_every_re
         );
     }
 }
+
+#[tokio::test]
+async fn a_replica_that_no_longer_hears_redis_while_redis_still_hears_it_cannot_hide_its_writes() {
+    let catalog = standin(Shape::default()).await;
+    let redis = Redis::start().await;
+    let (gate, tier) = a_behind_a_gate(&catalog, &redis, &[]).await;
+    // A's commands (its heartbeats among them) still reach Redis; its answers never return.
+    gate.freeze_replies();
+    // Commits faster than heartbeats: none may be hidden between A's answer and the next.
+    for trial in 0..40 {
+        let committed = commit(tier.url(0)).await;
+        let seen = load(tier.url(1), "alice").await;
+        let hit = x_cache(&seen) == "HIT";
+        let version = support::standin::version_of(&seen.json::<Value>().await.unwrap()).unwrap();
+        assert!(
+            version >= committed,
+            "trial {trial}: B served {version} < {committed} (hit: {hit})"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(lapsed_on(&tier, 1).await >= 1.0, "A looks live to B");
+    gate.thaw();
+    tier.wait_live().await;
+}
+
+#[tokio::test]
+async fn a_clock_overwritten_with_garbage_heals_at_the_next_heartbeat() {
+    let catalog = standin(Shape::default()).await;
+    let redis = Redis::start().await;
+    let tier = Tier::start(2, &catalog.url, &redis, &["--fresh-for", "1h"]).await;
+    version_at(tier.url(1)).await;
+    let clocks: Vec<String> = redis
+        .dump()
+        .into_iter()
+        .map(|(key, _)| key)
+        .filter(|key| key.starts_with("icecache:clock:"))
+        .collect();
+    assert_eq!(clocks.len(), 2, "one clock per replica");
+    for clock in &clocks {
+        redis.set(clock, b"garbage");
+    }
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    tier.wait_live().await;
+    for trial in 0..3 {
+        let committed = commit(tier.url(trial)).await;
+        assert!(version_at(tier.url(trial + 1)).await >= committed);
+    }
+    for replica in &tier.replicas {
+        let metrics = replica.metrics().await;
+        assert!(metric(&metrics, "icecache_cluster_redis_rewinds_total") >= 1.0);
+        assert_eq!(
+            metric(&metrics, "icecache_cluster_writes_refused_total"),
+            0.0
+        );
+    }
+}
+
+#[tokio::test]
+async fn after_redis_restarts_empty_the_tier_trusts_its_memory_again_within_a_second() {
+    let catalog = standin(Shape::default()).await;
+    let mut redis = Redis::start().await;
+    let tier = Tier::start(2, &catalog.url, &redis, &["--fresh-for", "1h"]).await;
+    // Long enough for the clocks to be well past where an empty Redis starts them.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    version_at(tier.url(1)).await;
+    redis.restart().await;
+    tier.wait_live().await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let rewinds = |metrics: &str| metric(metrics, "icecache_cluster_redis_rewinds_total");
+    let before = rewinds(&tier.replicas[1].metrics().await);
+    assert!(
+        (1.0..=2.0).contains(&before),
+        "one rewind per restart, not one per beat: {before}"
+    );
+    version_at(tier.url(1)).await;
+    assert_eq!(x_cache(&load(tier.url(1), "alice").await), "HIT");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(
+        rewinds(&tier.replicas[1].metrics().await),
+        before,
+        "no more rewinds"
+    );
+    assert_eq!(x_cache(&load(tier.url(1), "alice").await), "HIT");
+}

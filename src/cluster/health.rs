@@ -34,18 +34,26 @@ const SLACK: Duration = Duration::from_millis(50);
 /// How often a replica that keeps failing says so in its log.
 const WARN_EVERY: Duration = Duration::from_secs(30);
 
-/// One heartbeat: tick this replica's clock; move the epoch first when dirty or when the clock is behind
-/// what this replica saw (Redis lost writes), and announce it; then renew this replica's
-/// lease, prove the subscription on its own channel, and count (and forget) the replicas whose
-/// leases lapsed. A command Redis refuses stops the script before the lease is renewed: a
-/// replica that cannot move the epoch cannot look live.
+/// One heartbeat: tick this replica's clock; when it is behind what this replica saw (Redis
+/// lost writes) or unreadable, set it past that and count it; move the epoch first when dirty
+/// or behind, and announce it; then renew this replica's lease, prove the subscription on its
+/// own channel, and count (and forget) the replicas whose leases lapsed. A command Redis
+/// refuses stops the script before the lease is renewed: a replica that cannot move the epoch
+/// cannot look live.
 const BEAT: &str = r"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local clock = redis.call('INCR', KEYS[3])
+local seen = tonumber(ARGV[8])
+local clock = redis.pcall('INCR', KEYS[3])
+local behind = 0
+if type(clock) ~= 'number' or clock <= seen then
+  clock = seen + 1
+  redis.call('SET', KEYS[3], clock)
+  behind = 1
+end
 redis.call('PEXPIRE', KEYS[3], tonumber(ARGV[3]) * 2)
 local moved = 0
-if ARGV[4] == '1' or clock <= tonumber(ARGV[8]) then
+if ARGV[4] == '1' or behind == 1 then
   redis.call('SET', KEYS[2], ARGV[9])
   redis.call('PUBLISH', ARGV[5], ARGV[6])
   moved = 1
@@ -62,7 +70,7 @@ for i = 1, #members, 2 do
     lapsed = lapsed + 1
   end
 end
-return {lapsed, clock, moved}
+return {lapsed, clock, moved, behind}
 ";
 
 pub struct Health {
@@ -73,9 +81,9 @@ pub struct Health {
     suspect: AtomicBool,
     /// The highest value of the tier's clock this replica has seen.
     clock_seen: AtomicU64,
-    /// When the last heartbeat that did not move the epoch was sent (it may have reached
-    /// Redis even if its answer was lost).
-    last_clean_sent: Mutex<Option<Instant>>,
+    /// When the last heartbeat was sent: it may have renewed this replica's lease even if its
+    /// answer was lost.
+    last_sent: Mutex<Option<Instant>>,
     /// When the last heartbeat Redis took was sent; None until the first.
     last_beat: Mutex<Option<Instant>>,
     /// Heartbeats started (numbering them), and the highest number whose epoch move landed.
@@ -94,7 +102,7 @@ impl Health {
             suspect: AtomicBool::new(false),
             clock_seen: AtomicU64::new(0),
             last_beat: Mutex::new(None),
-            last_clean_sent: Mutex::new(None),
+            last_sent: Mutex::new(None),
             beats_started: AtomicU64::new(0),
             covered: watch::Sender::new(0),
             wake: Notify::new(),
@@ -159,12 +167,13 @@ impl Health {
         let needed = self.beats_started.load(Ordering::Acquire) + 1;
         let mut covered = self.covered.subscribe();
         self.wake.notify_one();
-        // The last heartbeat that may have reached Redis without moving the epoch (sent while
-        // live, its answer perhaps lost) holds this replica live for MEMBER_LEASE after Redis
-        // received it, at most redis_timeout after it was sent; each other replica sees the
-        // lapse within a heartbeat, the wait for its answer, and its round trip.
+        // The last heartbeat sent may have reached Redis (its answer perhaps lost) and holds
+        // this replica live for MEMBER_LEASE after Redis received it, at most redis_timeout
+        // after it was sent; each other replica sees the lapse within a heartbeat, the wait
+        // for its answer, and its round trip. While degraded, only probes are sent (they
+        // renew nothing), so the wait is over once the replica has been degraded that long.
         let timeout = settings.redis_timeout;
-        let sent = self.last_clean_sent.lock().map_or(None, |at| *at);
+        let sent = self.last_sent.lock().map_or(None, |at| *at);
         let deadline = sent.map_or_else(Instant::now, |at| {
             at + timeout + MEMBER_LEASE + HEARTBEAT + timeout * 2 + SLACK
         });
@@ -174,8 +183,9 @@ impl Health {
         }
     }
 
-    /// Beats until the process ends (while degraded, the same beat is the attempt to come
-    /// back).
+    /// Beats until the process ends. While degraded (after joining) it only probes: a beat
+    /// whose answer is lost may still renew this replica's lease, and a replica that cannot
+    /// hear Redis must let its lease lapse, so that the others stop trusting the tier.
     pub async fn watch(
         self: Arc<Self>,
         connection: ConnectionManager,
@@ -186,11 +196,42 @@ impl Health {
     ) {
         let script = redis::Script::new(BEAT);
         loop {
-            self.beat(&script, &connection, &names, &metrics, &settings, &replica)
-                .await;
+            if !(self.is_degraded() && self.has_joined())
+                || self.probe(&connection, &metrics, &settings).await
+            {
+                self.beat(&script, &connection, &names, &metrics, &settings, &replica)
+                    .await;
+            }
             tokio::select! {
                 _ = tokio::time::sleep(HEARTBEAT) => {}
                 _ = self.wake.notified() => {}
+            }
+        }
+    }
+
+    /// Whether Redis answers a command that changes nothing (the way back from degraded).
+    async fn probe(
+        &self,
+        connection: &ConnectionManager,
+        metrics: &Metrics,
+        settings: &ClusterSettings,
+    ) -> bool {
+        let mut connection = connection.clone();
+        metrics.cluster_redis("probe");
+        let answer = tokio::time::timeout(
+            settings.redis_timeout,
+            redis::cmd("PING").query_async::<String>(&mut connection),
+        )
+        .await;
+        match answer {
+            Ok(Ok(_)) => true,
+            Ok(Err(e)) => {
+                self.down(metrics, &format!("probe: {e}"));
+                false
+            }
+            Err(_) => {
+                self.down(metrics, "probe timed out");
+                false
             }
         }
     }
@@ -206,15 +247,12 @@ impl Health {
     ) {
         let number = self.beats_started.fetch_add(1, Ordering::AcqRel) + 1;
         let dirty = self.dirty.swap(false, Ordering::AcqRel);
-        // A beat sent while degraded (after joining) moves the epoch too: it may land after a
-        // write this replica answered meanwhile, and then it must not renew the lease alone.
-        // So only the beats sent while live bound how long a write waits to be covered.
+        // Coming back from degraded, the first beat moves the epoch: writes answered while
+        // degraded were never announced.
         let moves = dirty || (self.is_degraded() && self.has_joined());
         let sent = Instant::now();
-        if !moves {
-            if let Ok(mut last) = self.last_clean_sent.lock() {
-                *last = Some(sent);
-            }
+        if let Ok(mut last) = self.last_sent.lock() {
+            *last = Some(sent);
         }
         // The epoch move is ready in every beat: the script also makes it when the clock is
         // behind, which only Redis can tell.
@@ -237,17 +275,17 @@ impl Health {
         metrics.cluster_redis("beat");
         let result = tokio::time::timeout(
             settings.redis_timeout,
-            invocation.invoke_async::<(i64, u64, i64)>(&mut connection),
+            invocation.invoke_async::<(i64, u64, i64, i64)>(&mut connection),
         )
         .await;
         match result {
-            Ok(Ok((lapsed, clock, moved))) => {
-                let behind = clock <= self.clock_seen.load(Ordering::Acquire);
+            Ok(Ok((lapsed, clock, moved, behind))) => {
                 self.saw_clock(clock);
-                if behind && moved == 1 {
+                if behind == 1 {
                     metrics.cluster_redis_rewound.inc();
                     tracing::warn!(
-                        "Redis lost writes (a flush, a restart, a failover): the epoch moved"
+                        "Redis lost writes (a flush, a restart, a failover) or this replica's \
+                         clock was overwritten: the epoch moved"
                     );
                 }
                 if let Ok(mut last) = self.last_beat.lock() {

@@ -107,6 +107,12 @@ pub const DEFAULT_REDIS_TIMEOUT: Duration = Duration::from_millis(500);
 pub const DEFAULT_MEMBER_TIMEOUT: Duration = Duration::from_secs(60);
 /// Well above a heartbeat's lease, so a replica is not forgotten while it is merely slow.
 pub const MIN_MEMBER_TIMEOUT: Duration = Duration::from_secs(5);
+/// Upper bounds: beyond them a setting is a typo, and Redis would refuse the numbers anyway
+/// (or a hit would wait for ever).
+pub const MAX_MEMBER_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
+pub const MAX_LEASE: Duration = Duration::from_secs(3600);
+pub const MAX_BARRIER_INTERVAL: Duration = Duration::from_secs(1);
+pub const MAX_REDIS_TIMEOUT: Duration = Duration::from_secs(60);
 pub const DEFAULT_KEY_PREFIX: &str = "icecache";
 /// The shortest cluster key file accepted.
 pub const MIN_KEY_BYTES: usize = 32;

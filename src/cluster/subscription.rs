@@ -22,6 +22,8 @@ use super::{client, now_ms, Consistency};
 use crate::catalog::writes::Touched;
 use crate::ops::metrics::Metrics;
 
+/// How often a subscription that keeps going silent says so in the log.
+const WARN_SILENCE_EVERY: Duration = Duration::from_secs(30);
 /// How often a replica without a live subscription tries to subscribe again.
 const RESUBSCRIBE: Duration = Duration::from_millis(250);
 
@@ -59,6 +61,7 @@ impl Subscriber {
     /// replica hears its own heartbeats on it: a connection that went silent without closing
     /// (a half-open TCP connection, a proxy that stopped forwarding) is replaced.
     pub async fn run(self) {
+        let mut warned: Option<Instant> = None;
         loop {
             let (pushes, received) = mpsc::unbounded_channel::<PushInfo>();
             let config = ConnectionManagerConfig::new()
@@ -79,7 +82,13 @@ impl Subscriber {
             if !self.listen(manager, received).await {
                 return;
             }
-            tracing::warn!("the Redis subscription went silent; connecting it again");
+            // While Redis is away this repeats every few seconds: say it now and then.
+            if warned.is_none_or(|at| at.elapsed() >= WARN_SILENCE_EVERY) {
+                warned = Some(Instant::now());
+                tracing::warn!("the Redis subscription went silent; connecting it again");
+            } else {
+                tracing::debug!("the Redis subscription went silent; connecting it again");
+            }
         }
     }
 

@@ -1,7 +1,8 @@
 //! A TCP gate between one replica and Redis: it forwards bytes both ways until told to freeze,
 //! then holds every connection open and silent (a network partition, a half-open connection,
-//! a proxy that hangs), never closing anything. It can freeze every connection through it, or
-//! only the ones that subscribed (a subscription that dies silently while commands still work).
+//! a proxy that hangs), never closing anything. It can freeze every connection through it, only
+//! the ones that subscribed (a subscription that dies silently while commands still work), or
+//! only Redis's answers (commands still arrive and run: an asymmetric partition).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -15,6 +16,7 @@ use tokio::task::AbortHandle;
 struct Switches {
     all: AtomicBool,
     subscribers: AtomicBool,
+    replies: AtomicBool,
 }
 
 pub struct Gate {
@@ -61,7 +63,13 @@ impl Gate {
         self.switches.subscribers.store(true, Ordering::SeqCst);
     }
 
+    /// Redis's answers stop; the replica's commands still reach Redis.
+    pub fn freeze_replies(&self) {
+        self.switches.replies.store(true, Ordering::SeqCst);
+    }
+
     pub fn thaw(&self) {
+        self.switches.replies.store(false, Ordering::SeqCst);
         self.switches.all.store(false, Ordering::SeqCst);
         self.switches.subscribers.store(false, Ordering::SeqCst);
     }
@@ -100,6 +108,7 @@ async fn pump(
     let frozen = |subscriber: &AtomicBool| {
         switches.all.load(Ordering::SeqCst)
             || (switches.subscribers.load(Ordering::SeqCst) && subscriber.load(Ordering::SeqCst))
+            || (switches.replies.load(Ordering::SeqCst) && !from_client)
     };
     let mut buffer = vec![0u8; 64 << 10];
     loop {

@@ -4,13 +4,24 @@ use super::Problems;
 use crate::cluster::settings::{
     ClusterKey, ClusterSettings, RedisUrl, DEFAULT_BARRIER_INTERVAL, DEFAULT_CONSISTENCY,
     DEFAULT_KEY_PREFIX, DEFAULT_LEASE, DEFAULT_MAX_SHARED_BYTES, DEFAULT_MEMBER_TIMEOUT,
-    DEFAULT_ON_REDIS_DOWN, DEFAULT_REDIS_TIMEOUT, MIN_KEY_BYTES, MIN_MEMBER_TIMEOUT,
+    DEFAULT_ON_REDIS_DOWN, DEFAULT_REDIS_TIMEOUT, MAX_BARRIER_INTERVAL, MAX_LEASE,
+    MAX_MEMBER_TIMEOUT, MAX_REDIS_TIMEOUT, MIN_KEY_BYTES, MIN_MEMBER_TIMEOUT,
 };
 use crate::config::RawCluster;
 
 /// The `[cluster]` table: None without a Redis URL.
 pub(super) fn settings(raw: &RawCluster, p: &mut Problems) -> Option<ClusterSettings> {
-    let url = raw.redis_url.as_deref().filter(|u| !u.is_empty())?;
+    let Some(url) = raw.redis_url.as_deref().filter(|u| !u.is_empty()) else {
+        if raw.key_file.is_some() {
+            // A key without Redis is a tier that lost its URL (a missing Secret): running as
+            // an island would be silent.
+            p.add(
+                "cluster.key_file",
+                "is set but cluster.redis_url is not: set both (a tier) or neither (one process)",
+            );
+        }
+        return None;
+    };
     let shown = RedisUrl(url.to_owned()).shown();
     if !RedisUrl(url.to_owned()).is_tcp() {
         p.add(
@@ -86,12 +97,32 @@ pub(super) fn settings(raw: &RawCluster, p: &mut Problems) -> Option<ClusterSett
         raw.redis_timeout.as_deref(),
         DEFAULT_REDIS_TIMEOUT,
     );
+    for (key, value, max) in [
+        ("cluster.lease", lease, MAX_LEASE),
+        (
+            "cluster.barrier_interval",
+            barrier_interval,
+            MAX_BARRIER_INTERVAL,
+        ),
+        ("cluster.member_timeout", member_timeout, MAX_MEMBER_TIMEOUT),
+        ("cluster.redis_timeout", redis_timeout, MAX_REDIS_TIMEOUT),
+    ] {
+        if value > max {
+            p.add(key, format!("must be at most {}s", max.as_secs()));
+        }
+    }
     let key_prefix = raw
         .key_prefix
         .clone()
         .unwrap_or_else(|| DEFAULT_KEY_PREFIX.to_owned());
-    if key_prefix.is_empty() || key_prefix.chars().any(char::is_whitespace) {
-        p.add("cluster.key_prefix", "must be a non-empty word");
+    // Letters, digits and `_-.` only: a glob character would widen the `~prefix:*` pattern
+    // the Redis user is restricted to.
+    let word = |c: char| c.is_ascii_alphanumeric() || "_-.".contains(c);
+    if key_prefix.is_empty() || key_prefix.len() > 64 || !key_prefix.chars().all(word) {
+        p.add(
+            "cluster.key_prefix",
+            "must be 1 to 64 letters, digits, `_`, `-` or `.`",
+        );
     }
     Some(ClusterSettings {
         redis_url: RedisUrl(url.to_owned()),
