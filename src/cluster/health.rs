@@ -79,7 +79,7 @@ pub struct Health {
     dirty: AtomicBool,
     /// Another replica's heartbeat lapsed.
     suspect: AtomicBool,
-    /// The highest value of the tier's clock this replica has seen.
+    /// The highest value of this replica's clock in Redis it has seen.
     clock_seen: AtomicU64,
     /// When the last heartbeat was sent: it may have renewed this replica's lease even if its
     /// answer was lost.

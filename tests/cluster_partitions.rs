@@ -1,0 +1,196 @@
+//! A tier where one replica and Redis stop hearing each other, wholly or in part, through a
+//! TCP gate that goes silent without closing anything: cut off both ways, Redis's answers lost
+//! while the replica's commands still run, a subscription alone gone quiet, and a replica out of
+//! touch past `member_timeout`. By the time a write's answer returns through any replica, no
+//! other serves a state older than it.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use support::cluster::{commit, load, standin, version_at, x_cache, Redis, Tier, TABLE};
+use support::gate::Gate;
+use support::metric;
+use support::standin::Shape;
+
+/// A (through a gate that goes silent) and B (straight to Redis), B holding the table.
+async fn a_behind_a_gate(
+    catalog: &support::standin::StandIn,
+    redis: &Redis,
+    extra: &[&str],
+) -> (Gate, Tier) {
+    let gate = Gate::open(redis.port).await;
+    let mut flags = vec!["--fresh-for", "1h", "--cluster-redis-timeout", "200ms"];
+    flags.extend_from_slice(extra);
+    let tier = Tier::start_at(&[gate.url(), redis.url()], &catalog.url, &flags).await;
+    version_at(tier.url(1)).await;
+    assert_eq!(x_cache(&load(tier.url(1), "alice").await), "HIT");
+    (gate, tier)
+}
+
+async fn lapsed_on(tier: &Tier, replica: usize) -> f64 {
+    metric(
+        &tier.replicas[replica].metrics().await,
+        "icecache_cluster_lapsed_replicas",
+    )
+}
+
+/// A replica cut off from Redis alone answers a write; by the time the answer returns, the
+/// others no longer trust what they hold.
+async fn a_write_through_a_replica_cut_off_alone_is_seen(consistency: &str) {
+    let catalog = standin(Shape::default()).await;
+    let redis = Redis::start().await;
+    let (gate, tier) =
+        a_behind_a_gate(&catalog, &redis, &["--cluster-consistency", consistency]).await;
+    for trial in 0..3 {
+        gate.freeze();
+        let committed = commit(tier.url(0)).await;
+        let seen = load(tier.url(1), "alice").await;
+        assert_ne!(x_cache(&seen), "HIT", "trial {trial}: B served from memory");
+        let version = support::standin::version_of(&seen.json::<Value>().await.unwrap()).unwrap();
+        assert!(
+            version >= committed,
+            "trial {trial}: {version} < {committed}"
+        );
+        assert!(lapsed_on(&tier, 1).await >= 1.0);
+        // Back in touch: A's heartbeat moves the epoch, B trusts what it holds again.
+        gate.thaw();
+        let mut hit = false;
+        for _ in 0..200 {
+            let again = load(tier.url(1), "alice").await;
+            if x_cache(&again) == "HIT" {
+                hit = true;
+                let body: Value = again.json().await.unwrap();
+                assert!(support::standin::version_of(&body).unwrap() >= committed);
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        assert!(hit, "trial {trial}: B never trusted the tier again");
+        assert_eq!(lapsed_on(&tier, 1).await, 0.0);
+    }
+    let metrics = tier.replicas[0].metrics().await;
+    assert!(metric(&metrics, "icecache_cluster_unannounced_writes_total") >= 3.0);
+}
+
+#[tokio::test]
+async fn under_read_your_writes_a_replica_cut_off_from_redis_alone_cannot_hide_its_writes() {
+    a_write_through_a_replica_cut_off_alone_is_seen("read-your-writes").await;
+}
+
+#[tokio::test]
+async fn under_bounded_a_replica_cut_off_from_redis_alone_cannot_hide_its_writes() {
+    a_write_through_a_replica_cut_off_alone_is_seen("bounded").await;
+}
+
+#[tokio::test]
+async fn a_replica_out_of_touch_for_the_member_timeout_refuses_writes_then_is_forgotten() {
+    let catalog = standin(Shape::default()).await;
+    let redis = Redis::start().await;
+    let (gate, tier) = a_behind_a_gate(&catalog, &redis, &["--cluster-member-timeout", "5s"]).await;
+    gate.freeze();
+    tokio::time::sleep(Duration::from_millis(5500)).await;
+    let before = catalog.version("t");
+    let refused = reqwest::Client::new()
+        .post(format!("{}{TABLE}", tier.url(0)))
+        .bearer_auth("alice")
+        .json(&json!({ "requirements": [], "updates": [] }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), 503);
+    let body: Value = refused.json().await.unwrap();
+    assert_eq!(body["error"]["type"], "ServiceUnavailableException");
+    assert_eq!(
+        catalog.version("t"),
+        before,
+        "the write never reached the catalog"
+    );
+    // Loads through A are still answered (by the catalog: A is degraded).
+    assert_eq!(load(tier.url(0), "alice").await.status(), 200);
+    let metrics = tier.replicas[0].metrics().await;
+    assert_eq!(
+        metric(&metrics, "icecache_cluster_writes_refused_total"),
+        1.0
+    );
+    // B forgets A within a heartbeat lease after A's fence went up: it trusts what it holds
+    // again.
+    let mut forgotten = false;
+    for _ in 0..100 {
+        if lapsed_on(&tier, 1).await == 0.0 {
+            forgotten = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert!(forgotten, "B still waits for A after the member timeout");
+    load(tier.url(1), "alice").await;
+    assert_eq!(x_cache(&load(tier.url(1), "alice").await), "HIT");
+    gate.thaw();
+    tier.wait_live().await;
+    let committed = commit(tier.url(0)).await;
+    assert!(version_at(tier.url(1)).await >= committed);
+}
+
+#[tokio::test]
+async fn a_replica_whose_subscription_goes_silent_stops_trusting_its_memory() {
+    let catalog = standin(Shape::default()).await;
+    let redis = Redis::start().await;
+    // B's subscription goes through the gate; its commands still work.
+    let gate = Gate::open(redis.port).await;
+    let tier = Tier::start_at(
+        &[redis.url(), gate.url()],
+        &catalog.url,
+        &["--fresh-for", "1h", "--cluster-consistency", "bounded"],
+    )
+    .await;
+    version_at(tier.url(1)).await;
+    gate.freeze_subscribers();
+    let committed = commit(tier.url(0)).await;
+    // The announcement never arrives. Within a few heartbeats B notices the silence.
+    let started = Instant::now();
+    let mut seen = 0;
+    while started.elapsed() < Duration::from_secs(5) {
+        seen = version_at(tier.url(1)).await;
+        if seen >= committed {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        seen >= committed,
+        "B served the old version for 5 s (fresh_for 1h)"
+    );
+    // The gate keeps new subscriptions silent too: B stays unsubscribed, reading tokens.
+    let metrics = tier.replicas[1].metrics().await;
+    assert_eq!(metric(&metrics, "icecache_cluster_subscribed"), 0.0);
+    let committed = commit(tier.url(0)).await;
+    assert!(version_at(tier.url(1)).await >= committed);
+    gate.thaw();
+    tier.wait_live().await;
+}
+
+#[tokio::test]
+async fn a_replica_that_no_longer_hears_redis_while_redis_still_hears_it_cannot_hide_its_writes() {
+    let catalog = standin(Shape::default()).await;
+    let redis = Redis::start().await;
+    let (gate, tier) = a_behind_a_gate(&catalog, &redis, &[]).await;
+    // A's commands (its heartbeats among them) still reach Redis; its answers never return.
+    gate.freeze_replies();
+    // Commits faster than heartbeats: none may be hidden between A's answer and the next.
+    for trial in 0..40 {
+        let committed = commit(tier.url(0)).await;
+        let seen = load(tier.url(1), "alice").await;
+        let hit = x_cache(&seen) == "HIT";
+        let version = support::standin::version_of(&seen.json::<Value>().await.unwrap()).unwrap();
+        assert!(
+            version >= committed,
+            "trial {trial}: B served {version} < {committed} (hit: {hit})"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(lapsed_on(&tier, 1).await >= 1.0, "A looks live to B");
+    gate.thaw();
+    tier.wait_live().await;
+}
