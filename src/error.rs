@@ -33,8 +33,9 @@ pub enum ProxyError {
     #[error("the exchange with the catalog ended abnormally")]
     Internal,
     #[error(
-        "this replica has been out of touch with the tier's Redis for cluster.member_timeout: \
-         the other replicas would not see a write through it; send it through another"
+        "this replica has been out of touch with the tier's Redis for cluster.member_timeout \
+         (or has never reached it): the other replicas would not see a write through it; send it \
+         through another"
     )]
     OutOfTouch,
 }

@@ -435,17 +435,43 @@ fn cluster_durations_beyond_their_bounds_and_a_glob_prefix_are_refused() {
 }
 
 #[test]
-fn a_cluster_key_without_a_redis_url_is_refused() {
+fn a_cluster_setting_without_a_redis_url_is_refused() {
+    let key = config_file("0123456789abcdef0123456789abcdef");
+    let key_path = key.0.to_str().unwrap().to_owned();
+    for (flag, value, named) in [
+        ("--cluster-key-file", key_path.as_str(), "cluster.key_file"),
+        ("--cluster-consistency", "bounded", "cluster.consistency"),
+        ("--cluster-lease", "10s", "cluster.lease"),
+        ("--cluster-key-prefix", "foo", "cluster.key_prefix"),
+    ] {
+        let output = icecache(&["--upstream", "http://a:1", flag, value]);
+        assert_eq!(output.status.code(), Some(64), "{flag}");
+        let err = stderr(&output);
+        assert!(
+            err.contains(named) && err.contains("cluster.redis_url"),
+            "{flag}: {err}"
+        );
+    }
+}
+
+#[test]
+fn a_redis_timeout_near_the_member_timeout_is_refused() {
     let key = config_file("0123456789abcdef0123456789abcdef");
     let output = icecache(&[
         "--upstream",
         "http://a:1",
+        "--redis-url",
+        "redis://127.0.0.1:1",
         "--cluster-key-file",
         key.0.to_str().unwrap(),
+        "--cluster-redis-timeout",
+        "60s",
+        "--cluster-member-timeout",
+        "5s",
     ]);
     assert_eq!(output.status.code(), Some(64));
     assert!(
-        stderr(&output).contains("cluster.redis_url"),
+        stderr(&output).contains("cluster.redis_timeout"),
         "{}",
         stderr(&output)
     );

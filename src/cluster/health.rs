@@ -29,6 +29,9 @@ use crate::ops::metrics::Metrics;
 pub const HEARTBEAT: Duration = Duration::from_millis(250);
 /// How long after a heartbeat Redis holds the replica live.
 const MEMBER_LEASE: Duration = Duration::from_secs(1);
+/// The largest clock value taken as one: far beyond what four ticks a second reach, and well
+/// within what the heartbeat script's numbers (doubles, printed with 14 digits) hold exactly.
+const MAX_CLOCK: u64 = 1 << 40;
 /// Scheduling slack on top of the times a write waits to be covered.
 const SLACK: Duration = Duration::from_millis(50);
 /// How often a replica that keeps failing says so in its log.
@@ -46,9 +49,9 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local seen = tonumber(ARGV[8])
 local clock = redis.pcall('INCR', KEYS[3])
 local behind = 0
-if type(clock) ~= 'number' or clock <= seen then
+if type(clock) ~= 'number' or clock <= seen or clock > tonumber(ARGV[10]) then
   clock = seen + 1
-  redis.call('SET', KEYS[3], clock)
+  redis.call('SET', KEYS[3], string.format('%d', clock))
   behind = 1
 end
 redis.call('PEXPIRE', KEYS[3], tonumber(ARGV[3]) * 2)
@@ -114,9 +117,12 @@ impl Health {
         self.degraded.load(Ordering::Acquire)
     }
 
-    /// A clock value Redis returned (a write this replica announced ticked it).
+    /// A clock value Redis returned (a write this replica announced ticked it). One beyond
+    /// `MAX_CLOCK` was written by someone else; the next heartbeat resets it.
     pub fn saw_clock(&self, clock: u64) {
-        self.clock_seen.fetch_max(clock, Ordering::AcqRel);
+        if clock <= MAX_CLOCK {
+            self.clock_seen.fetch_max(clock, Ordering::AcqRel);
+        }
     }
 
     pub fn is_suspect(&self) -> bool {
@@ -270,7 +276,8 @@ impl Health {
             .arg(message)
             .arg(names.beat_channel(replica))
             .arg(self.clock_seen.load(Ordering::Acquire))
-            .arg(random_token().to_string());
+            .arg(random_token().to_string())
+            .arg(MAX_CLOCK);
         let mut connection = connection.clone();
         metrics.cluster_redis("beat");
         let result = tokio::time::timeout(

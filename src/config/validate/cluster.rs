@@ -12,13 +12,26 @@ use crate::config::RawCluster;
 /// The `[cluster]` table: None without a Redis URL.
 pub(super) fn settings(raw: &RawCluster, p: &mut Problems) -> Option<ClusterSettings> {
     let Some(url) = raw.redis_url.as_deref().filter(|u| !u.is_empty()) else {
-        if raw.key_file.is_some() {
-            // A key without Redis is a tier that lost its URL (a missing Secret): running as
-            // an island would be silent.
-            p.add(
-                "cluster.key_file",
-                "is set but cluster.redis_url is not: set both (a tier) or neither (one process)",
-            );
+        // Any cluster setting without Redis is a tier that lost its URL (a missing Secret):
+        // running as an island would be silent.
+        for (key, set) in [
+            ("cluster.key_file", raw.key_file.is_some()),
+            ("cluster.consistency", raw.consistency.is_some()),
+            ("cluster.on_redis_down", raw.on_redis_down.is_some()),
+            ("cluster.max_shared_bytes", raw.max_shared_bytes.is_some()),
+            ("cluster.lease", raw.lease.is_some()),
+            ("cluster.barrier_interval", raw.barrier_interval.is_some()),
+            ("cluster.member_timeout", raw.member_timeout.is_some()),
+            ("cluster.redis_timeout", raw.redis_timeout.is_some()),
+            ("cluster.key_prefix", raw.key_prefix.is_some()),
+        ] {
+            if set {
+                p.add(
+                    key,
+                    "is set but cluster.redis_url is not: a tier needs its Redis (one process \
+                     needs no cluster setting)",
+                );
+            }
         }
         return None;
     };
@@ -97,6 +110,13 @@ pub(super) fn settings(raw: &RawCluster, p: &mut Problems) -> Option<ClusterSett
         raw.redis_timeout.as_deref(),
         DEFAULT_REDIS_TIMEOUT,
     );
+    if redis_timeout * 4 > member_timeout {
+        p.add(
+            "cluster.redis_timeout",
+            "must be at most a quarter of cluster.member_timeout (a replica must be able to \
+             fail several commands before the others forget it)",
+        );
+    }
     for (key, value, max) in [
         ("cluster.lease", lease, MAX_LEASE),
         (
