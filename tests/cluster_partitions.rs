@@ -46,9 +46,22 @@ async fn a_write_through_a_replica_cut_off_alone_is_seen(consistency: &str) {
     for trial in 0..3 {
         gate.freeze();
         let committed = commit(tier.url(0)).await;
+        let answered = Instant::now();
         let seen = load(tier.url(1), "alice").await;
-        assert_ne!(x_cache(&seen), "HIT", "trial {trial}: B served from memory");
+        let phase = x_cache(&seen);
         let version = support::standin::version_of(&seen.json::<Value>().await.unwrap()).unwrap();
+        assert_ne!(
+            phase,
+            "HIT",
+            "trial {trial}: B served {version} (committed {committed}) from memory; B sees {} \
+             lapsed; A unannounced {}, {:?} after the answer",
+            lapsed_on(&tier, 1).await,
+            metric(
+                &tier.replicas[0].metrics().await,
+                "icecache_cluster_unannounced_writes_total"
+            ),
+            answered.elapsed()
+        );
         assert!(
             version >= committed,
             "trial {trial}: {version} < {committed}"

@@ -62,8 +62,9 @@ if ARGV[4] == '1' or behind == 1 then
   moved = 1
 end
 redis.call('HSET', KEYS[1], ARGV[1], now + tonumber(ARGV[2]))
-redis.call('PUBLISH', ARGV[7], 'beat')
+redis.call('PUBLISH', ARGV[7], ARGV[11])
 local lapsed = 0
+local left = -1
 local members = redis.call('HGETALL', KEYS[1])
 for i = 1, #members, 2 do
   local live_until = tonumber(members[i + 1])
@@ -71,9 +72,11 @@ for i = 1, #members, 2 do
     redis.call('HDEL', KEYS[1], members[i])
   elseif live_until <= now then
     lapsed = lapsed + 1
+  elseif members[i] ~= ARGV[1] and (left < 0 or live_until - now < left) then
+    left = live_until - now
   end
 end
-return {lapsed, clock, moved, behind}
+return {lapsed, clock, moved, behind, left}
 ";
 
 pub struct Health {
@@ -82,11 +85,18 @@ pub struct Health {
     dirty: AtomicBool,
     /// Another replica's heartbeat lapsed.
     suspect: AtomicBool,
+    /// Until when the others' heartbeats, as last read, hold them live: past it, without a
+    /// newer heartbeat of this replica's (a slow Redis, a starved process), the tier is not
+    /// trusted. None when no other replica is live.
+    others_live_until: Mutex<Option<Instant>>,
     /// The highest value of this replica's clock in Redis it has seen.
     clock_seen: AtomicU64,
     /// When the last heartbeat was sent: it may have renewed this replica's lease even if its
     /// answer was lost.
     last_sent: Mutex<Option<Instant>>,
+    /// The number of the last heartbeat Redis took, and when its answer came: the
+    /// subscription must have heard it on its own channel by a round trip later.
+    last_landed: Mutex<Option<(u64, Instant)>>,
     /// When the last heartbeat Redis took was sent; None until the first.
     last_beat: Mutex<Option<Instant>>,
     /// Heartbeats started (numbering them), and the highest number whose epoch move landed.
@@ -103,9 +113,11 @@ impl Health {
             degraded: AtomicBool::new(true),
             dirty: AtomicBool::new(false),
             suspect: AtomicBool::new(false),
+            others_live_until: Mutex::new(None),
             clock_seen: AtomicU64::new(0),
             last_beat: Mutex::new(None),
             last_sent: Mutex::new(None),
+            last_landed: Mutex::new(None),
             beats_started: AtomicU64::new(0),
             covered: watch::Sender::new(0),
             wake: Notify::new(),
@@ -125,8 +137,18 @@ impl Health {
         }
     }
 
+    /// The last heartbeat Redis took: its number (what it published) and when it answered.
+    pub fn last_landed(&self) -> Option<(u64, Instant)> {
+        self.last_landed.lock().map_or(None, |at| *at)
+    }
+
+    /// Another replica's heartbeat lapsed, or may have since this replica last looked.
     pub fn is_suspect(&self) -> bool {
         self.suspect.load(Ordering::Acquire)
+            || self
+                .others_live_until
+                .lock()
+                .map_or(true, |until| until.is_some_and(|at| Instant::now() >= at))
     }
 
     pub fn has_joined(&self) -> bool {
@@ -277,16 +299,24 @@ impl Health {
             .arg(names.beat_channel(replica))
             .arg(self.clock_seen.load(Ordering::Acquire))
             .arg(random_token().to_string())
-            .arg(MAX_CLOCK);
+            .arg(MAX_CLOCK)
+            .arg(number);
         let mut connection = connection.clone();
         metrics.cluster_redis("beat");
         let result = tokio::time::timeout(
             settings.redis_timeout,
-            invocation.invoke_async::<(i64, u64, i64, i64)>(&mut connection),
+            invocation.invoke_async::<(i64, u64, i64, i64, i64)>(&mut connection),
         )
         .await;
         match result {
-            Ok(Ok((lapsed, clock, moved, behind))) => {
+            Ok(Ok((lapsed, clock, moved, behind, left))) => {
+                // Counted from when the request was sent: Redis read its clock after that.
+                let until = u64::try_from(left)
+                    .ok()
+                    .map(|ms| sent + Duration::from_millis(ms));
+                if let Ok(mut others) = self.others_live_until.lock() {
+                    *others = until;
+                }
                 self.saw_clock(clock);
                 if behind == 1 {
                     metrics.cluster_redis_rewound.inc();
@@ -297,6 +327,9 @@ impl Health {
                 }
                 if let Ok(mut last) = self.last_beat.lock() {
                     *last = Some(sent);
+                }
+                if let Ok(mut landed) = self.last_landed.lock() {
+                    *landed = Some((number, Instant::now()));
                 }
                 self.suspect.store(lapsed > 0, Ordering::Release);
                 metrics.cluster_lapsed.set(lapsed);

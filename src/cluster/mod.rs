@@ -176,6 +176,7 @@ impl Cluster {
                 consistency: cluster.settings.consistency,
                 replica: cluster.replica.clone(),
                 listening: cluster.listening.clone(),
+                health: cluster.health.clone(),
                 metrics: cluster.metrics.clone(),
                 invalidate,
             }

@@ -17,11 +17,14 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::announce::Message;
-use super::health::HEARTBEAT;
+use super::health::{Health, HEARTBEAT};
 use super::{client, now_ms, Consistency};
 use crate::catalog::writes::Touched;
 use crate::ops::metrics::Metrics;
 
+/// How long after a heartbeat's answer its echo on the subscription may still arrive, beyond
+/// the Redis timeout (the echo is sent before the answer; this is for a busy machine).
+const ECHO_SLACK: Duration = HEARTBEAT;
 /// How often a subscription that keeps going silent says so in the log.
 const WARN_SILENCE_EVERY: Duration = Duration::from_secs(30);
 /// How often a replica without a live subscription tries to subscribe again.
@@ -52,6 +55,8 @@ pub struct Subscriber {
     /// This replica's name in messages (it ignores its own).
     pub replica: String,
     pub listening: Arc<Listening>,
+    /// Which heartbeats Redis took (each must be heard here).
+    pub health: Arc<Health>,
     pub metrics: Arc<Metrics>,
     pub invalidate: mpsc::UnboundedSender<Touched>,
 }
@@ -100,14 +105,18 @@ impl Subscriber {
     ) -> bool {
         let silence = HEARTBEAT * 4 + self.timeout * 2;
         let mut last_beat = Instant::now();
+        let mut heard = 0;
+        // When the oldest heartbeat Redis took that has not been heard here landed.
+        let mut unheard_since: Option<Instant> = None;
         let mut tick = tokio::time::interval(RESUBSCRIBE);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
                 push = received.recv() => match push {
                     Some(push) => {
-                        if self.heard(push) {
+                        if let Some(number) = self.heard(push) {
                             last_beat = Instant::now();
+                            heard = heard.max(number);
                         }
                     }
                     None => return false,
@@ -116,6 +125,21 @@ impl Subscriber {
                     if last_beat.elapsed() > silence {
                         self.listening.set(false, &self.metrics);
                         return true;
+                    }
+                    // A heartbeat Redis took a round trip ago and that was not heard here: the
+                    // subscription may be deaf. Not live (bounded lookups read the tokens) until
+                    // one is heard again, long before the connection is given up on.
+                    match self.health.last_landed() {
+                        Some((number, at)) if number > heard => {
+                            let since = *unheard_since.get_or_insert(at);
+                            if since.elapsed() > self.timeout + ECHO_SLACK
+                                && self.listening.is_live()
+                            {
+                                tracing::debug!("a heartbeat was not heard on the subscription");
+                                self.listening.set(false, &self.metrics);
+                            }
+                        }
+                        _ => unheard_since = None,
                     }
                     if !self.listening.is_live() {
                         let channels = [self.channel.as_str(), self.beat_channel.as_str()];
@@ -128,8 +152,8 @@ impl Subscriber {
         }
     }
 
-    /// Handles one push; true when it was this replica's own heartbeat.
-    fn heard(&self, push: PushInfo) -> bool {
+    /// Handles one push; the heartbeat's number when it was this replica's own.
+    fn heard(&self, push: PushInfo) -> Option<u64> {
         match push.kind {
             PushKind::Message if self.on_beat_channel(&push) => {
                 if !self.listening.is_live() {
@@ -139,7 +163,7 @@ impl Subscriber {
                         let _ = self.invalidate.send(Touched::Everything);
                     }
                 }
-                return true;
+                return Some(beat_number(&push));
             }
             PushKind::Message => self.message(&push),
             PushKind::Disconnection => {
@@ -150,7 +174,7 @@ impl Subscriber {
             }
             _ => {}
         }
-        false
+        None
     }
 
     fn on_beat_channel(&self, push: &PushInfo) -> bool {
@@ -181,4 +205,13 @@ impl Subscriber {
             .observe(Duration::from_millis(delay).as_secs_f64());
         let _ = self.invalidate.send(message.touched());
     }
+}
+
+/// The number a heartbeat published (0 when unreadable: it still proves the subscription).
+fn beat_number(push: &PushInfo) -> u64 {
+    push.data
+        .get(1)
+        .and_then(|v| redis::from_redis_value_ref::<Vec<u8>>(v).ok())
+        .and_then(|bytes| std::str::from_utf8(&bytes).ok()?.parse().ok())
+        .unwrap_or(0)
 }
