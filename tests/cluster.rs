@@ -9,7 +9,9 @@ mod support;
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use support::cluster::{commit, load, standin, version_at, x_cache, Redis, Tier, TABLE};
+use support::cluster::{
+    commit, load, standin, version_at, version_within, x_cache, Redis, Tier, TABLE,
+};
 use support::standin::{vended_keys, version_of, Shape, StandIn};
 use support::{catalog, metric, Api};
 
@@ -760,14 +762,7 @@ async fn under_bounded_a_hit_costs_redis_nothing_and_the_delay_is_measured() {
     );
     let committed = commit(tier.url(0)).await;
     // Bounded: seen once the announcement arrives.
-    let mut seen = 0;
-    for _ in 0..100 {
-        seen = version_at(tier.url(1)).await;
-        if seen >= committed {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    let seen = version_within(tier.url(1), committed, Duration::from_secs(1)).await;
     assert!(seen >= committed);
     let metrics = tier.replicas[1].metrics().await;
     assert!(metric(&metrics, "icecache_cluster_propagation_seconds_count") >= 1.0);

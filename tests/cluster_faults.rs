@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 use support::cluster::{
-    commit, load, restricted_user, standin, version_at, x_cache, Redis, Tier, TABLE,
+    commit, load, restricted_user, standin, version_at, version_within, x_cache, Redis, Tier, TABLE,
 };
 use support::metric;
 use support::standin::Shape;
@@ -251,14 +251,7 @@ async fn under_bounded_a_replica_that_lost_its_subscription_re_checks_what_it_ho
         let committed = commit(tier.url(0)).await;
         tokio::time::sleep(Duration::from_millis(200)).await;
         redis.command(&["ACL", "SETUSER", "replica-b", "&icecache:*"]);
-        let mut seen = 0;
-        for _ in 0..200 {
-            seen = version_at(tier.url(1)).await;
-            if seen >= committed {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(25)).await;
-        }
+        let seen = version_within(tier.url(1), committed, Duration::from_secs(5)).await;
         assert!(
             seen >= committed,
             "trial {trial}: B serves a state older than a write (fresh_for 1h)"
@@ -455,12 +448,7 @@ async fn a_lease_nobody_will_release_holds_fills_back_at_most_once_for_the_lease
     let holder = tier.url(0).to_owned();
     let doomed = tokio::spawn(async move { reqwest::get(format!("{holder}{TABLE}")).await });
     tokio::time::sleep(Duration::from_millis(200)).await;
-    let leases: Vec<String> = redis
-        .dump()
-        .into_iter()
-        .map(|(key, _)| key)
-        .filter(|key| key.starts_with("icecache:l:"))
-        .collect();
+    let leases = redis.keys_starting("icecache:l:");
     assert_eq!(leases.len(), 1, "A holds the lease while it asks");
     // The holder dies, and its lease is made to outlive it.
     tier.replicas[0].kill_now();
@@ -515,12 +503,7 @@ async fn a_clock_overwritten_with_garbage_heals_at_the_next_heartbeat() {
     let redis = Redis::start().await;
     let tier = Tier::start(2, &catalog.url, &redis, &["--fresh-for", "1h"]).await;
     version_at(tier.url(1)).await;
-    let clocks: Vec<String> = redis
-        .dump()
-        .into_iter()
-        .map(|(key, _)| key)
-        .filter(|key| key.starts_with("icecache:clock:"))
-        .collect();
+    let clocks = redis.keys_starting("icecache:clock:");
     assert_eq!(clocks.len(), 2, "one clock per replica");
     let rewinds = |metrics: &str| metric(metrics, "icecache_cluster_redis_rewinds_total");
     // Not a number; numbers past what the heartbeat's arithmetic holds exactly; near i64::MAX.

@@ -9,7 +9,9 @@ mod support;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use support::cluster::{commit, load, standin, version_at, x_cache, Redis, Tier, TABLE};
+use support::cluster::{
+    commit, load, standin, version_at, version_within, x_cache, Redis, Tier, TABLE,
+};
 use support::gate::Gate;
 use support::metric;
 use support::standin::Shape;
@@ -162,15 +164,7 @@ async fn a_replica_whose_subscription_goes_silent_stops_trusting_its_memory() {
     gate.freeze_subscribers();
     let committed = commit(tier.url(0)).await;
     // The announcement never arrives. Within a few heartbeats B notices the silence.
-    let started = Instant::now();
-    let mut seen = 0;
-    while started.elapsed() < Duration::from_secs(5) {
-        seen = version_at(tier.url(1)).await;
-        if seen >= committed {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let seen = version_within(tier.url(1), committed, Duration::from_secs(5)).await;
     assert!(
         seen >= committed,
         "B served the old version for 5 s (fresh_for 1h)"

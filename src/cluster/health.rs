@@ -85,10 +85,12 @@ pub struct Health {
     dirty: AtomicBool,
     /// Another replica's heartbeat lapsed.
     suspect: AtomicBool,
-    /// Until when the others' heartbeats, as last read, hold them live: past it, without a
-    /// newer heartbeat of this replica's (a slow Redis, a starved process), the tier is not
-    /// trusted. None when no other replica is live.
-    others_live_until: Mutex<Option<Instant>>,
+    /// Until when the others' heartbeats, as last read, hold them live (microseconds after
+    /// `born`; `NO_OTHERS` when none is): past it, without a newer heartbeat of this
+    /// replica's (a slow Redis, a starved process), the tier is not trusted. An atomic: every
+    /// lookup reads it.
+    others_live_until: AtomicU64,
+    born: Instant,
     /// The highest value of this replica's clock in Redis it has seen.
     clock_seen: AtomicU64,
     /// When the last heartbeat was sent: it may have renewed this replica's lease even if its
@@ -113,7 +115,8 @@ impl Health {
             degraded: AtomicBool::new(true),
             dirty: AtomicBool::new(false),
             suspect: AtomicBool::new(false),
-            others_live_until: Mutex::new(None),
+            others_live_until: AtomicU64::new(NO_OTHERS),
+            born: Instant::now(),
             clock_seen: AtomicU64::new(0),
             last_beat: Mutex::new(None),
             last_sent: Mutex::new(None),
@@ -144,11 +147,11 @@ impl Health {
 
     /// Another replica's heartbeat lapsed, or may have since this replica last looked.
     pub fn is_suspect(&self) -> bool {
-        self.suspect.load(Ordering::Acquire)
-            || self
-                .others_live_until
-                .lock()
-                .map_or(true, |until| until.is_some_and(|at| Instant::now() >= at))
+        if self.suspect.load(Ordering::Acquire) {
+            return true;
+        }
+        let until = self.others_live_until.load(Ordering::Acquire);
+        until != NO_OTHERS && micros(self.born.elapsed()) >= until
     }
 
     pub fn has_joined(&self) -> bool {
@@ -311,12 +314,10 @@ impl Health {
         match result {
             Ok(Ok((lapsed, clock, moved, behind, left))) => {
                 // Counted from when the request was sent: Redis read its clock after that.
-                let until = u64::try_from(left)
-                    .ok()
-                    .map(|ms| sent + Duration::from_millis(ms));
-                if let Ok(mut others) = self.others_live_until.lock() {
-                    *others = until;
-                }
+                let until = u64::try_from(left).map_or(NO_OTHERS, |ms| {
+                    micros(sent.duration_since(self.born) + Duration::from_millis(ms))
+                });
+                self.others_live_until.store(until, Ordering::Release);
                 self.saw_clock(clock);
                 if behind == 1 {
                     metrics.cluster_redis_rewound.inc();
@@ -356,6 +357,13 @@ impl Health {
             }
         }
     }
+}
+
+/// `others_live_until` when no other replica is live.
+const NO_OTHERS: u64 = u64::MAX;
+
+fn micros(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(NO_OTHERS - 1)
 }
 
 fn millis(d: Duration) -> u64 {

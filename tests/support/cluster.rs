@@ -135,6 +135,15 @@ impl Redis {
         }
     }
 
+    /// The names of the keys that start with `prefix`.
+    pub fn keys_starting(&self, prefix: &str) -> Vec<String> {
+        self.dump()
+            .into_iter()
+            .map(|(key, _)| key)
+            .filter(|key| key.starts_with(prefix))
+            .collect()
+    }
+
     /// A URL that logs in as `user` with `password`.
     pub fn url_as(&self, user: &str, password: &str) -> String {
         format!("redis://{user}:{password}@127.0.0.1:{}", self.port)
@@ -313,4 +322,17 @@ pub fn restricted_user(redis: &Redis, user: &str) -> String {
     args.extend_from_slice(ACL);
     redis.command(&args);
     redis.url_as(user, "tier-password")
+}
+
+/// The version `url` serves, polled until it reflects `committed` or `within` has passed (a
+/// replica under `bounded` catches up when the news arrives).
+pub async fn version_within(url: &str, committed: u64, within: Duration) -> u64 {
+    let started = std::time::Instant::now();
+    loop {
+        let seen = version_at(url).await;
+        if seen >= committed || started.elapsed() >= within {
+            return seen;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 }
