@@ -1,24 +1,35 @@
-"""Load benchmark, side by side in one run, loopback only, every run bounded in time:
+"""Load benchmark: icecache beside nginx and Varnish, each configured as its users run it,
+in one run, loopback only, every load bounded in time.
 
-  ceiling  the fixture server answering the body from memory (a minimal hyper server)
-  icecache in front of the fixture
-  nginx    proxy_cache in front of the same fixture (key: method, URI, Authorization,
-           X-Iceberg-Access-Delegation)
+  fixture   the upstream: a minimal hyper server answering the body from memory (also
+            measured directly, as a reference with no cache in front)
+  icecache  in front of the fixture (release build, `--log-level warn`: no access log)
+  nginx     proxy_cache with `sendfile on; tcp_nopush on;`, keepalive to the upstream,
+            access_log off (Debian's defaults plus the cache)
+  varnish   malloc storage, `vcl_hash` on Authorization and X-Iceberg-Access-Delegation
 
-for a 50 KB loadTable body (200s with a warm cache, and 304s), a 20 MB body with and without
-gzip, a herd of 500 concurrent cold loads, and memory at 10k entries.
+Rows: cache hits of 5 KB, 50 KB and 2 MB bodies over HTTP/1.1; the local 304; a 50 KB hit over
+TLS 1.3 (ECDSA P-256) with HTTP/1.1 and with HTTP/2; a herd of 500 cold loads; memory at 10k
+entries. Every row alternates the servers across ROUNDS rounds (the order rotates each round)
+and reports the median with min-max, and CPU per request read from /proc (the server's
+processes only; the load generator is not counted).
 
-usage: python3 benches/load.py [--duration SECONDS] [--connections N]
-needs: cargo, wrk and nginx (apt-get install wrk nginx-light).
+usage: python3 benches/load.py [--duration S] [--rounds N] [--connections N] [--readme]
+  --readme  writes the results into README.md between the load-benchmark markers
+needs: cargo, wrk, h2load, nginx, varnishd, openssl:
+  apt-get install wrk nghttp2-client nginx-light varnish openssl
 """
 import argparse
 import concurrent.futures
 import json
 import os
+import platform
 import re
 import shutil
 import signal
 import socket
+import ssl
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -28,7 +39,10 @@ import urllib.request
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TOKEN = "Bearer benchmark-token"
 PATH = "/v1/warehouse/namespaces/db/tables/events"
+AUTH = {"Authorization": TOKEN}
+FIXTURE_ETAG = '"fixture-v1"'
 TICKS = os.sysconf("SC_CLK_TCK")
+BEGIN, END = "<!-- benches/load.py: begin -->", "<!-- benches/load.py: end -->"
 
 
 def free_port():
@@ -37,21 +51,25 @@ def free_port():
         return s.getsockname()[1]
 
 
+def get(url, headers=None):
+    context = ssl._create_unverified_context()
+    request = urllib.request.Request(url, headers=headers or {})
+    try:
+        with urllib.request.urlopen(request, timeout=30, context=context) as response:
+            return response.status, response.headers, response.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.headers, e.read()
+
+
 def wait_for(url, timeout=20):
     deadline = time.time() + timeout
     while time.time() < deadline:
         try:
-            urllib.request.urlopen(url, timeout=1).read()
+            get(url)
             return
         except Exception:
             time.sleep(0.05)
     sys.exit(f"{url} did not answer")
-
-
-def get(url, headers=None):
-    request = urllib.request.Request(url, headers=headers or {})
-    with urllib.request.urlopen(request, timeout=30) as response:
-        return response.status, dict(response.headers), response.read()
 
 
 def cpu_seconds(pids):
@@ -65,34 +83,19 @@ def cpu_seconds(pids):
     return total / TICKS
 
 
-def children(pid):
-    out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout
-    return [int(p) for p in out.split()]
+def tree(pid):
+    """The process and all its descendants (nginx workers, Varnish's child)."""
+    pids, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        pids.append(p)
+        out = subprocess.run(["pgrep", "-P", str(p)], capture_output=True, text=True).stdout
+        todo += [int(c) for c in out.split()]
+    return pids
 
 
-def wrk(url, headers, duration, connections, pids):
-    args = ["wrk", "-t2", f"-c{connections}", f"-d{duration}s", "--latency", url]
-    for name, value in headers.items():
-        args += ["-H", f"{name}: {value}"]
-    before = cpu_seconds(pids)
-    out = subprocess.run(args, capture_output=True, text=True, check=True).stdout
-    cpu = cpu_seconds(pids) - before
-    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
-    requests = int(re.search(r"(\d+) requests in", out).group(1))
-    errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
-
-    def percentile(p):
-        m = re.search(rf"\s{p}%\s+([\d.]+)(us|ms|s)", out)
-        value, unit = float(m.group(1)), m.group(2)
-        return value * {"us": 0.001, "ms": 1, "s": 1000}[unit]
-
-    return {
-        "rps": rps,
-        "p50": percentile(50),
-        "p99": percentile(99),
-        "cpu_us": cpu / max(requests, 1) * 1e6,
-        "errors": int(errors.group(1)) if errors else 0,
-    }
+def rss_bytes(pid):
+    return int(re.search(r"VmRSS:\s+(\d+)", open(f"/proc/{pid}/status").read()).group(1)) * 1024
 
 
 class Processes:
@@ -105,23 +108,274 @@ class Processes:
         return proc
 
     def stop(self, proc):
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
 
     def stop_all(self):
         for proc in reversed(self.procs):
-            if proc.poll() is None:
-                self.stop(proc)
+            self.stop(proc)
+
+
+# ---- load generators -------------------------------------------------------------------
+
+def run_wrk(url, headers, duration, connections):
+    args = ["wrk", "-t2", f"-c{connections}", f"-d{duration}s", url]
+    for name, value in headers.items():
+        args += ["-H", f"{name}: {value}"]
+    out = subprocess.run(args, capture_output=True, text=True, check=True, timeout=duration + 30).stdout
+    requests = int(re.search(r"(\d+) requests in", out).group(1))
+    errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+    socket_errors = re.search(r"Socket errors: (.*)", out)
+    return requests, (int(errors.group(1)) if errors else 0) + (1 if socket_errors else 0)
+
+
+def run_h2load(url, headers, duration, connections):
+    args = ["h2load", "-t2", f"-c{connections}", "-m1", f"-D{duration}", url]
+    for name, value in headers.items():
+        args += ["-H", f"{name}: {value}"]
+    out = subprocess.run(args, capture_output=True, text=True, check=True, timeout=duration + 30).stdout
+    m = re.search(r"requests: (\d+) total, \d+ started, (\d+) done, (\d+) succeeded, (\d+) failed, "
+                  r"(\d+) errored", out)
+    if not m:
+        sys.exit(f"h2load printed no totals:\n{out}")
+    protocol = re.search(r"Application protocol: (\S+)", out)
+    if not protocol or protocol.group(1) != "h2":
+        sys.exit(f"h2load did not speak h2 to {url}:\n{out}")
+    done, succeeded = int(m.group(2)), int(m.group(3))
+    return done, done - succeeded + int(m.group(4)) + int(m.group(5))
+
+
+def measure(generator, server, url, headers, duration, connections):
+    pids = tree(server.proc.pid)
+    before, started = cpu_seconds(pids), time.monotonic()
+    requests, errors = generator(url, headers, duration, connections)
+    elapsed = time.monotonic() - started
+    cpu = cpu_seconds(pids) - before
+    return {"rps": requests / elapsed, "cpu_us": cpu / max(requests, 1) * 1e6, "errors": errors}
+
+
+# ---- servers ---------------------------------------------------------------------------
+
+class Server:
+    def __init__(self, name, proc, url, tls_url=None):
+        self.name, self.proc, self.url, self.tls_url = name, proc, url, tls_url
+
+
+def start_fixture(ps, fixture, body, etag, delay_ms=0):
+    port = free_port()
+    proc = ps.start([fixture, f"127.0.0.1:{port}", body, etag, str(delay_ms)])
+    wait_for(f"http://127.0.0.1:{port}/__count")
+    return Server("fixture (no cache)", proc, f"http://127.0.0.1:{port}"), port
+
+
+def icecache_args(icecache, upstream, port, admin, tls):
+    args = [icecache, "--upstream", f"http://127.0.0.1:{upstream}", "--listen", f"127.0.0.1:{port}",
+            "--admin-listen", f"127.0.0.1:{admin}", "--log-level", "warn", "--fresh-for", "1h"]
+    if tls:
+        args += ["--tls-cert", tls["cert"], "--tls-key", tls["key"]]
+    return args
+
+
+def start_icecache(ps, icecache, upstream, tls=None, extra=()):
+    port, admin = free_port(), free_port()
+    proc = ps.start([*icecache_args(icecache, upstream, port, admin, tls), *extra])
+    wait_for(f"http://127.0.0.1:{admin}/healthz")
+    scheme = "https" if tls else "http"
+    server = Server("icecache", proc, f"{scheme}://127.0.0.1:{port}")
+    server.admin = f"http://127.0.0.1:{admin}"
+    return server
+
+
+NGINX_CONF = """{user}
+worker_processes auto;
+pid {dir}/nginx.pid;
+error_log {dir}/error.log warn;
+events {{ worker_connections 4096; }}
+http {{
+    sendfile on;
+    tcp_nopush on;
+    keepalive_requests 100000;
+    access_log off;
+    ssl_protocols TLSv1.3;
+    proxy_cache_path {dir}/cache levels=1:2 keys_zone=tables:64m max_size=4g inactive=1h use_temp_path=off;
+    upstream fixture {{ server 127.0.0.1:{upstream}; keepalive 64; }}
+    server {{
+        listen 127.0.0.1:{port};
+        listen 127.0.0.1:{tls_port} ssl http2;
+        ssl_certificate {cert};
+        ssl_certificate_key {key};
+        location / {{
+            proxy_pass http://fixture;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_cache tables;
+            proxy_cache_key "$request_method$request_uri$http_authorization$http_x_iceberg_access_delegation";
+            proxy_cache_valid 200 1h;
+            proxy_cache_lock on;
+            proxy_cache_lock_timeout 30s;
+            proxy_buffers 64 64k;
+        }}
+    }}
+}}
+"""
+
+VARNISH_VCL = """vcl 4.1;
+backend fixture { .host = "127.0.0.1"; .port = "%(upstream)d"; }
+sub vcl_recv {
+    # Varnish passes requests that carry Authorization by default; these are cacheable per caller.
+    if (req.method == "GET" || req.method == "HEAD") { return (hash); }
+}
+sub vcl_hash {
+    hash_data(req.http.Authorization);
+    hash_data(req.http.X-Iceberg-Access-Delegation);
+}
+sub vcl_backend_response { set beresp.ttl = 1h; }
+"""
+
+
+def start_nginx(ps, workdir, upstream, tls):
+    port, tls_port = free_port(), free_port()
+    directory = os.path.join(workdir, f"nginx-{port}")
+    os.makedirs(os.path.join(directory, "cache"))
+    conf = os.path.join(directory, "nginx.conf")
+    # As root, workers would switch to an unprivileged user that cannot write the cache dir.
+    user = "user root;" if os.geteuid() == 0 else ""
+    with open(conf, "w") as f:
+        f.write(NGINX_CONF.format(user=user, dir=directory, upstream=upstream, port=port,
+                                  tls_port=tls_port, cert=tls["cert"], key=tls["key"]))
+    proc = ps.start(["nginx", "-c", conf, "-g", "daemon off;"])
+    wait_for(f"http://127.0.0.1:{port}/__count")
+    return Server("nginx", proc, f"http://127.0.0.1:{port}", f"https://127.0.0.1:{tls_port}")
+
+
+def start_varnish(ps, workdir, upstream):
+    port = free_port()
+    directory = os.path.join(workdir, f"varnish-{port}")
+    os.makedirs(directory)
+    vcl = os.path.join(directory, "default.vcl")
+    with open(vcl, "w") as f:
+        f.write(VARNISH_VCL % {"upstream": upstream})
+    jail = ["-j", "none"] if os.geteuid() == 0 else []
+    proc = ps.start(["varnishd", "-F", *jail, "-n", directory, "-a", f"127.0.0.1:{port}",
+                     "-T", "none", "-f", vcl, "-s", "malloc,4G"])
+    wait_for(f"http://127.0.0.1:{port}/__count")
+    return Server("varnish", proc, f"http://127.0.0.1:{port}")
+
+
+def make_cert(workdir):
+    cert, key = os.path.join(workdir, "cert.pem"), os.path.join(workdir, "key.pem")
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
+                    "-nodes", "-keyout", key, "-out", cert, "-days", "2", "-subj", "/CN=localhost",
+                    "-addext", "subjectAltName=IP:127.0.0.1"], check=True, capture_output=True)
+    return {"cert": cert, "key": key}
+
+
+# ---- rows ------------------------------------------------------------------------------
+
+def upstream_count(port):
+    return int(get(f"http://127.0.0.1:{port}/__count")[2])
+
+
+def row(title, servers, target, generator, headers, options, connections, upstream_port):
+    """One row: every server measured `rounds` times, alternating, the order rotating."""
+    results = {s.name: [] for s in servers}
+    for s in servers:  # warm the cache and the connections; not measured
+        measure(generator, s, target(s), headers, 1, connections)
+    before = upstream_count(upstream_port)
+    for r in range(options.rounds):
+        order = servers[r % len(servers):] + servers[:r % len(servers)]
+        for s in order:
+            results[s.name].append(measure(generator, s, target(s), headers, options.duration, connections))
+    fixture_measured = any(s.name.startswith("fixture") for s in servers)
+    fetched = None if fixture_measured else upstream_count(upstream_port) - before
+    return {"title": title, "results": results, "fetched": fetched, "connections": connections}
+
+
+def summary(runs, field):
+    values = [run[field] for run in runs]
+    return statistics.median(values), min(values), max(values)
+
+
+def render_row(row_result):
+    lines = [f"#### {row_result['title']} (-c{row_result['connections']})", "",
+             "| server | req/s median (min-max) | CPU µs/req median (min-max) | errors | icecache ÷ this (req/s) | this CPU ÷ icecache CPU |",
+             "|---|---|---|---|---|---|"]
+    results = row_result["results"]
+    ice_rps = summary(results["icecache"], "rps")[0]
+    ice_cpu = summary(results["icecache"], "cpu_us")[0]
+    for name, runs in results.items():
+        rps, rps_lo, rps_hi = summary(runs, "rps")
+        cpu, cpu_lo, cpu_hi = summary(runs, "cpu_us")
+        errors = sum(run["errors"] for run in runs)
+        ratio = "" if name == "icecache" else f"{ice_rps / rps:.2f}"
+        cpu_ratio = "" if name == "icecache" else f"{cpu / ice_cpu:.2f}"
+        lines.append(f"| {name} | {rps:,.0f} ({rps_lo:,.0f}-{rps_hi:,.0f}) | {cpu:.1f} ({cpu_lo:.1f}-{cpu_hi:.1f}) "
+                     f"| {errors} | {ratio} | {cpu_ratio} |")
+    if row_result["fetched"] is not None:
+        lines.append("")
+        lines.append(f"Catalog (fixture) requests during the measured rounds: {row_result['fetched']}.")
+    return "\n".join(lines)
+
+
+def herd(ps, fixture, workdir, body, icecache, tls):
+    lines = ["#### Herd: 500 concurrent cold loads of one table (the fixture answers after 300 ms)", "",
+             "| server | catalog requests | slowest answer ms |", "|---|---|---|"]
+    for name in ("icecache", "nginx", "varnish"):
+        upstream_server, upstream = start_fixture(ps, fixture, body, FIXTURE_ETAG, 300)
+        if name == "icecache":
+            server = start_icecache(ps, icecache, upstream)
+        elif name == "nginx":
+            server = start_nginx(ps, workdir, upstream, tls)
+        else:
+            server = start_varnish(ps, workdir, upstream)
+        before = upstream_count(upstream)  # readiness probes may have asked once
+        herd_path = PATH.replace("events", "herd")
+        started = time.monotonic()
+        with concurrent.futures.ThreadPoolExecutor(500) as pool:
+            statuses = list(pool.map(lambda _: get(server.url + herd_path, AUTH)[0], range(500)))
+        slowest = (time.monotonic() - started) * 1000
+        if any(s != 200 for s in statuses):
+            sys.exit(f"{name}: herd statuses {sorted(set(statuses))}")
+        lines.append(f"| {name} | {upstream_count(upstream) - before} | {slowest:.0f} |")
+        ps.stop(server.proc)
+        ps.stop(upstream_server.proc)
+    return "\n".join(lines)
+
+
+def memory(ps, fixture, icecache, workdir):
+    lines = ["#### icecache memory at 10k entries", "",
+             "| body | entries | cached MiB | RSS MiB | RSS ÷ cached | goal: RSS ≤ 1.15 × cached + 30 MiB |",
+             "|---|---|---|---|---|---|"]
+    for label, size in (("5 KB", 5 * 1024), ("50 KB", 50 * 1024)):
+        body = make_body(workdir, size)
+        upstream_server, upstream = start_fixture(ps, fixture, body, FIXTURE_ETAG)
+        server = start_icecache(ps, icecache, upstream, extra=["--cache-max-bytes", "2GiB"])
+        with concurrent.futures.ThreadPoolExecutor(16) as pool:
+            list(pool.map(lambda i: get(f"{server.url}{PATH}{i}", AUTH), range(10_000)))
+        stats = json.loads(get(server.admin + "/cache/stats")[2])
+        rss, cached = rss_bytes(server.proc.pid), stats["bytes"]
+        goal = 1.15 * cached + 30 * 2**20
+        lines.append(f"| {label} | {stats['entries']} | {cached / 2**20:.1f} | {rss / 2**20:.1f} | "
+                     f"{rss / cached:.2f} | {'met' if rss <= goal else 'NOT met'} ({goal / 2**20:.1f} MiB) |")
+        ps.stop(server.proc)
+        ps.stop(upstream_server.proc)
+    return "\n".join(lines)
+
+
+def make_body(workdir, size):
+    path = os.path.join(workdir, f"body-{size}.json")
+    if not os.path.exists(path):
+        subprocess.run([sys.executable, os.path.join(ROOT, "benches/make_metadata.py"), str(size), path], check=True)
+    return path
 
 
 def cargo_bench_binary(name):
-    out = subprocess.run(
-        ["cargo", "bench", "--bench", name, "--no-run", "--message-format=json"],
-        cwd=ROOT, capture_output=True, text=True, check=True,
-    ).stdout
+    out = subprocess.run(["cargo", "bench", "--bench", name, "--no-run", "--message-format=json"],
+                         cwd=ROOT, capture_output=True, text=True, check=True).stdout
     for line in out.splitlines():
         message = json.loads(line)
         if message.get("executable") and message.get("target", {}).get("name") == name:
@@ -129,180 +383,148 @@ def cargo_bench_binary(name):
     sys.exit(f"no binary for bench {name}")
 
 
-NGINX_CONF = """
-{user}
-worker_processes {workers};
-pid {dir}/nginx.pid;
-error_log {dir}/error.log warn;
-events {{ worker_connections 4096; }}
-http {{
-    access_log off;
-    proxy_cache_path {dir}/cache levels=1:2 keys_zone=tables:64m max_size=1g inactive=10m use_temp_path=off;
-    upstream fixture {{ server 127.0.0.1:{upstream}; keepalive 64; }}
-    gzip {gzip};
-    gzip_proxied any;
-    gzip_types application/json;
-    server {{
-        listen 127.0.0.1:{port};
-        location / {{
-            proxy_pass http://fixture;
-            proxy_http_version 1.1;
-            proxy_set_header Connection "";
-            proxy_cache tables;
-            proxy_cache_key "$request_method$request_uri$http_authorization$http_x_iceberg_access_delegation";
-            proxy_cache_valid 200 5s;
-            proxy_cache_lock on;
-            proxy_cache_lock_timeout 30s;
-            proxy_buffers 64 64k;
-            proxy_max_temp_file_size 64m;
-        }}
-    }}
-}}
-"""
+def versions():
+    def first_line(args):
+        out = subprocess.run(args, capture_output=True, text=True)
+        return (out.stdout + out.stderr).strip().splitlines()[0]
+    cpu = re.search(r"model name\s*:\s*(.*)", open("/proc/cpuinfo").read())
+    return [
+        f"{os.cpu_count()} cores ({cpu.group(1) if cpu else platform.machine()}), Linux {platform.release()}",
+        first_line(["nginx", "-v"]), first_line(["varnishd", "-V"]), first_line(["wrk", "-v"]),
+        first_line(["h2load", "--version"]),
+    ]
 
 
-def start_nginx(ps, workdir, upstream, gzip):
-    port = free_port()
-    conf = os.path.join(workdir, f"nginx-{port}.conf")
-    os.makedirs(os.path.join(workdir, "cache"), exist_ok=True)
-    with open(conf, "w") as f:
-        # As root, workers would switch to an unprivileged user that cannot write the temp dir.
-        user = "user root;" if os.geteuid() == 0 else ""
-        f.write(NGINX_CONF.format(user=user, workers=os.cpu_count(), dir=workdir, upstream=upstream, port=port,
-                                  gzip="on" if gzip else "off"))
-    proc = ps.start(["nginx", "-c", conf, "-g", "daemon off;"])
-    url = f"http://127.0.0.1:{port}"
-    wait_for(url + PATH)
-    return proc, url
-
-
-def start_icecache(ps, icecache, upstream, extra=()):
-    port, admin = free_port(), free_port()
-    proc = ps.start([icecache, "--upstream", f"http://127.0.0.1:{upstream}", "--listen",
-                     f"127.0.0.1:{port}", "--admin-listen", f"127.0.0.1:{admin}",
-                     "--log-level", "warn", "--fresh-for", "1h", *extra])
-    wait_for(f"http://127.0.0.1:{admin}/healthz")
-    return proc, f"http://127.0.0.1:{port}", f"http://127.0.0.1:{admin}"
-
-
-def start_fixture(ps, fixture, body, etag="", delay_ms=0):
-    port = free_port()
-    proc = ps.start([fixture, f"127.0.0.1:{port}", body, etag, str(delay_ms)])
-    wait_for(f"http://127.0.0.1:{port}/__count")
-    return proc, port
-
-
-def row(name, result, ratio=""):
-    return (f"| {name} | {result['rps']:.0f} | {result['p50']:.3f} | {result['p99']:.3f} | "
-            f"{result['cpu_us']:.1f} | {ratio} |")
+def bench_body(workdir, size, label, options, ps, icecache, fixture, tls, with_varnish=True):
+    body = make_body(workdir, size)
+    fixture_server, upstream = start_fixture(ps, fixture, body, FIXTURE_ETAG)
+    servers = [start_icecache(ps, icecache, upstream), start_nginx(ps, workdir, upstream, tls)]
+    if with_varnish:
+        servers.append(start_varnish(ps, workdir, upstream))
+    return fixture_server, upstream, servers
 
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("--duration", type=int, default=10)
+    parser.add_argument("--duration", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--connections", type=int, default=64)
+    parser.add_argument("--readme", action="store_true")
     options = parser.parse_args()
-    for tool in ["wrk", "nginx", "cargo"]:
+    if options.rounds < 3:
+        sys.exit("--rounds must be at least 3")
+    for tool in ["wrk", "h2load", "nginx", "varnishd", "openssl", "cargo"]:
         if not shutil.which(tool):
-            sys.exit(f"{tool} is missing: apt-get install wrk nginx-light")
+            sys.exit(f"{tool} is missing: apt-get install wrk nghttp2-client nginx-light varnish openssl")
     subprocess.run(["cargo", "build", "--release", "--quiet"], cwd=ROOT, check=True)
     icecache = os.path.join(ROOT, "target/release/icecache")
     fixture = cargo_bench_binary("fixture_server")
-
     workdir = tempfile.mkdtemp(prefix="icecache-bench-")
-    small, large = os.path.join(workdir, "50k.json"), os.path.join(workdir, "20m.json")
-    for size, path in [(51200, small), (20 * 1024 * 1024, large)]:
-        subprocess.run([sys.executable, os.path.join(ROOT, "benches/make_metadata.py"), str(size), path], check=True)
     ps = Processes()
-    auth = {"Authorization": TOKEN}
-    d, c = options.duration, options.connections
+    c, sections = options.connections, []
+    started = time.strftime("%Y-%m-%d")
     try:
-        print(f"# {os.cpu_count()} cores; wrk -t2 -c{c} -d{d}s, HTTP/1.1 keep-alive, warm caches\n")
-        fixture_proc, upstream = start_fixture(ps, fixture, small, '"fixture-v1"')
-        ice_proc, ice_url, ice_admin = start_icecache(ps, icecache, upstream)
-        ngx_proc, ngx_url = start_nginx(ps, workdir, upstream, gzip=False)
-        ngx_pids = lambda: [ngx_proc.pid, *children(ngx_proc.pid)]
-        for url in (ice_url, ngx_url):
-            get(url + PATH, auth)
-        ceiling = wrk(f"http://127.0.0.1:{upstream}{PATH}", auth, d, c, [fixture_proc.pid])
-        ice = wrk(ice_url + PATH, auth, d, c, [ice_proc.pid])
-        ngx = wrk(ngx_url + PATH, auth, d, c, ngx_pids())
-        print("## 50 KB body, cache hit (200)\n")
-        print("| server | req/s | p50 ms | p99 ms | CPU µs/req | icecache ÷ this |")
-        print("|---|---|---|---|---|---|")
-        print(row("static-bytes ceiling", ceiling, f"{ice['rps'] / ceiling['rps']:.2f}"))
-        print(row("nginx proxy_cache", ngx, f"{ice['rps'] / ngx['rps']:.2f}"))
-        print(row("icecache", ice))
+        tls = make_cert(workdir)
+        plain = lambda s: s.url + PATH
+        for size, label in ((5 * 1024, "5 KB"), (50 * 1024, "50 KB"), (2 * 1024 * 1024, "2 MB")):
+            fixture_server, upstream, servers = bench_body(workdir, size, label, options, ps, icecache, fixture, tls)
+            connections = c if size < 1024 * 1024 else min(c, 16)
+            sections.append(render_row(row(f"{label} body, cache hit, HTTP/1.1", servers, plain, run_wrk, AUTH,
+                                           options, connections, upstream)))
+            print(sections[-1] + "\n", flush=True)
+            if size == 50 * 1024:
+                # The reference: the fixture itself, no cache in front.
+                sections.append(render_row(row(f"{label} body, the fixture directly (no cache, reference)",
+                                               [servers[0], fixture_server], plain, run_wrk, AUTH, options, c,
+                                               upstream)))
+                print(sections[-1] + "\n", flush=True)
+                etags = {s.name: get(plain(s), AUTH)[1].get("ETag") for s in servers}
+                for s in servers:
+                    status = get(plain(s), {**AUTH, "If-None-Match": etags[s.name]})[0]
+                    if status != 304:
+                        sys.exit(f"{s.name} answered {status} to its own ETag")
+                # Each server is asked with the ETag it gave; wrk sends one header set, so the
+                # ETag-specific rows run one server at a time, still alternating by round.
+                sections.append(render_row(row_per_server(f"{label} body, local 304", servers, etags, options, c,
+                                                          upstream)))
+                print(sections[-1] + "\n", flush=True)
+            for s in servers:
+                ps.stop(s.proc)
+            ps.stop(fixture_server.proc)
 
-        _, headers, _ = get(ice_url + PATH, auth)
-        ice_304 = wrk(ice_url + PATH, {**auth, "If-None-Match": headers["ETag"]}, d, c, [ice_proc.pid])
-        ngx_304 = wrk(ngx_url + PATH, {**auth, "If-None-Match": '"fixture-v1"'}, d, c, ngx_pids())
-        print("\n## 50 KB body, local 304\n")
-        print("| server | req/s | p50 ms | p99 ms | CPU µs/req | icecache ÷ this |")
-        print("|---|---|---|---|---|---|")
-        print(row("nginx proxy_cache", ngx_304, f"{ice_304['rps'] / ngx_304['rps']:.2f}"))
-        print(row("icecache", ice_304))
-        for proc in (ice_proc, ngx_proc, fixture_proc):
-            ps.stop(proc)
+        body = make_body(workdir, 50 * 1024)
+        fixture_server, upstream = start_fixture(ps, fixture, body, FIXTURE_ETAG)
+        servers = [start_icecache(ps, icecache, upstream, tls=tls), start_nginx(ps, workdir, upstream, tls)]
+        secure = lambda s: (s.tls_url or s.url) + PATH
+        sections.append(render_row(row("50 KB body, cache hit, TLS 1.3 (ECDSA P-256), HTTP/1.1", servers, secure,
+                                       run_wrk, AUTH, options, c, upstream)))
+        print(sections[-1] + "\n", flush=True)
+        sections.append(render_row(row("50 KB body, cache hit, TLS 1.3 (ECDSA P-256), HTTP/2 (h2load -m1)",
+                                       servers, secure, run_h2load, AUTH, options, c, upstream)))
+        print(sections[-1] + "\n", flush=True)
+        for s in servers:
+            ps.stop(s.proc)
+        ps.stop(fixture_server.proc)
 
-        fixture_proc, upstream = start_fixture(ps, fixture, large)
-        ice_proc, ice_url, _ = start_icecache(ps, icecache, upstream)
-        ngx_proc, ngx_url = start_nginx(ps, workdir, upstream, gzip=True)
-        gz = {**auth, "Accept-Encoding": "gzip"}
-        for url in (ice_url, ngx_url):
-            get(url + PATH, auth)
-            get(url + PATH, gz)
-        big_c = min(c, 8)
-        print(f"\n## 20 MB body, cache hit, -c{big_c}\n")
-        print("| server | encoding | req/s | p50 ms | p99 ms | CPU µs/req | icecache ÷ nginx |")
-        print("|---|---|---|---|---|---|---|")
-        for label, headers in [("identity", auth), ("gzip", gz)]:
-            ice_big = wrk(ice_url + PATH, headers, d, big_c, [ice_proc.pid])
-            ngx_big = wrk(ngx_url + PATH, headers, d, big_c, ngx_pids())
-            for name, r, ratio in [("nginx", ngx_big, ""), ("icecache", ice_big, f"{ice_big['rps'] / ngx_big['rps']:.2f}")]:
-                print(f"| {name} | {label} | {r['rps']:.1f} | {r['p50']:.1f} | {r['p99']:.1f} | "
-                      f"{r['cpu_us']:.0f} | {ratio} |")
-        for proc in (ice_proc, ngx_proc, fixture_proc):
-            ps.stop(proc)
-
-        print("\n## Herd: 500 concurrent cold loads of one table (fixture answers after 300 ms)\n")
-        print("| server | upstream requests | slowest answer ms |")
-        print("|---|---|---|")
-        for name in ("icecache", "nginx (proxy_cache_lock on)"):
-            fixture_proc, upstream = start_fixture(ps, fixture, small, "", 300)
-            if name == "icecache":
-                proc, url, _ = start_icecache(ps, icecache, upstream)
-            else:
-                proc, url = start_nginx(ps, workdir + f"/herd-{upstream}", upstream, gzip=False)
-            # nginx's readiness probe above made one request; count from here.
-            before = int(get(f"http://127.0.0.1:{upstream}/__count")[2])
-            herd_path = PATH.replace("events", "herd")
-            started = time.time()
-            with concurrent.futures.ThreadPoolExecutor(500) as pool:
-                statuses = list(pool.map(lambda _: get(url + herd_path, auth)[0], range(500)))
-            slowest = (time.time() - started) * 1000
-            count = int(get(f"http://127.0.0.1:{upstream}/__count")[2]) - before
-            assert all(s == 200 for s in statuses), statuses
-            print(f"| {name} | {count} | {slowest:.0f} |")
-            ps.stop(proc)
-            ps.stop(fixture_proc)
-
-        print("\n## Memory at 10k entries (50 KB bodies)\n")
-        fixture_proc, upstream = start_fixture(ps, fixture, small)
-        ice_proc, ice_url, ice_admin = start_icecache(ps, icecache, upstream, ["--cache-max-bytes", "2GiB"])
-        with concurrent.futures.ThreadPoolExecutor(16) as pool:
-            list(pool.map(lambda i: get(f"{ice_url}{PATH}{i}", auth), range(10_000)))
-        stats = json.loads(get(ice_admin + "/cache/stats")[2])
-        rss = int(re.search(r"VmRSS:\s+(\d+)", open(f"/proc/{ice_proc.pid}/status").read()).group(1)) * 1024
-        cached = stats["bytes"]
-        print("| entries | cached MiB | RSS MiB | RSS ÷ cached | target RSS ≤ 1.15 × cached + 30 MiB |")
-        print("|---|---|---|---|---|")
-        target = 1.15 * cached + 30 * 2**20
-        print(f"| {stats['entries']} | {cached / 2**20:.1f} | {rss / 2**20:.1f} | {rss / cached:.3f} | "
-              f"{'met' if rss <= target else 'NOT met'} ({target / 2**20:.1f} MiB) |")
+        sections.append(herd(ps, fixture, workdir, body, icecache, tls))
+        print(sections[-1] + "\n", flush=True)
+        sections.append(memory(ps, fixture, icecache, workdir))
+        print(sections[-1] + "\n", flush=True)
     finally:
         ps.stop_all()
         shutil.rmtree(workdir, ignore_errors=True)
+    if options.readme:
+        write_readme(started, options, sections)
+
+
+def row_per_server(title, servers, etags, options, connections, upstream_port):
+    results = {s.name: [] for s in servers}
+    headers = lambda s: {**AUTH, "If-None-Match": etags[s.name]}
+    for s in servers:
+        measure(run_wrk, s, s.url + PATH, headers(s), 1, connections)
+    before = upstream_count(upstream_port)
+    for r in range(options.rounds):
+        order = servers[r % len(servers):] + servers[:r % len(servers)]
+        for s in order:
+            results[s.name].append(measure(run_wrk, s, s.url + PATH, headers(s), options.duration, connections))
+    return {"title": title, "results": results, "fetched": upstream_count(upstream_port) - before,
+            "connections": connections}
+
+
+def write_readme(day, options, sections):
+    setup = "\n".join(f"- {line}" for line in versions())
+    vcl = VARNISH_VCL % {"upstream": 0}
+    nginx = NGINX_CONF.format(user="", dir="DIR", upstream="UPSTREAM", port="PORT", tls_port="TLS_PORT",
+                              cert="cert.pem", key="key.pem")
+    text = f"""{BEGIN}
+Written by `python3 benches/load.py --readme` on {day} from one run (never edited by hand):
+{options.rounds} alternating rounds of {options.duration} s per server and row, wrk -t2 (h2load -t2
+for HTTP/2), servers and load generator sharing the machine:
+{setup}
+
+{chr(10).join(sections)}
+
+icecache ran as `icecache --upstream http://127.0.0.1:UPSTREAM --listen … --log-level warn
+--fresh-for 1h` (plus `--tls-cert`/`--tls-key` for the TLS rows). nginx ran with:
+
+```nginx
+{nginx.strip()}
+```
+
+Varnish ran as `varnishd -F -n DIR -a 127.0.0.1:PORT -T none -f default.vcl -s malloc,4G` with:
+
+```vcl
+{vcl.strip()}
+```
+{END}"""
+    readme = os.path.join(ROOT, "README.md")
+    content = open(readme).read()
+    if BEGIN not in content or END not in content:
+        sys.exit("README.md has no load-benchmark markers")
+    head, rest = content.split(BEGIN, 1)
+    tail = rest.split(END, 1)[1]
+    with open(readme, "w") as f:
+        f.write(head + text + tail)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ use support::cluster::{
     commit, load, standin, version_at, version_within, x_cache, Redis, Tier, TABLE,
 };
 use support::standin::{vended_keys, version_of, Shape, StandIn};
-use support::{catalog, metric, Api};
+use support::{catalog, metric, view_body, Api};
 
 #[tokio::test]
 async fn a_thousand_commits_through_one_replica_are_each_seen_by_the_next_load_on_another() {
@@ -203,18 +203,6 @@ async fn every_kind_of_write_through_one_replica_is_seen_through_another() {
         .await;
     assert_eq!(gone.status(), 204);
     assert_eq!(cached(1, "u").await.0, 404);
-}
-
-fn view_body(name: &str, k: &str) -> Value {
-    json!({
-        "name": name,
-        "schema": { "type": "struct", "schema-id": 0,
-                    "fields": [{ "id": 1, "name": "x", "type": "long", "required": false }] },
-        "view-version": { "version-id": 1, "timestamp-ms": 1_700_000_000_000u64, "schema-id": 0,
-                          "summary": {}, "default-namespace": [],
-                          "representations": [{ "type": "sql", "sql": "select 1 as x", "dialect": "spark" }] },
-        "properties": { "k": k }
-    })
 }
 
 #[tokio::test]

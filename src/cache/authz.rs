@@ -19,7 +19,7 @@ impl Cache {
         let fill = Fill {
             purpose: Purpose::Authorize,
             key: Some(ask.key.clone()),
-            snapshots: ask.key.snapshots,
+            form: ask.key.form,
             request: ask.request.clone(),
             stale: Some(entry.clone()),
             ticket: Some(self.store.ticket(&ask.key)),

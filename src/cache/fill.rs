@@ -10,7 +10,7 @@ use http::StatusCode;
 use tokio::time::Instant;
 
 use super::entry::{Content, Entry, FillTicket, Gzipped};
-use super::key::{CacheKey, Snapshots};
+use super::key::{CacheKey, Form};
 use super::phase::NoCacheReason;
 use super::tier::TierFill;
 use super::vary::Varies;
@@ -86,7 +86,7 @@ pub struct Fill {
     pub purpose: Purpose,
     /// None for a request without a key (a bypass).
     pub key: Option<CacheKey>,
-    pub snapshots: Snapshots,
+    pub form: Form,
     pub request: OriginRequest,
     /// The entry being revalidated, if any (its ETag makes the request conditional).
     pub stale: Option<Arc<Entry>>,
@@ -199,7 +199,7 @@ impl Cache {
             .headers
             .get(header::ETAG)
             .and_then(|v| HeaderValue::from_bytes(v.as_bytes()).ok());
-        let processed = match process(fetched.body, &fill.policy, fill.snapshots).await {
+        let processed = match process(fetched.body, &fill.policy, fill.form).await {
             Ok(processed) => Served {
                 upstream_etag,
                 ..processed
@@ -455,11 +455,7 @@ pub(super) struct Served {
 }
 
 /// The policy stage and the ETag of what will be served, off the async threads when large.
-async fn process(
-    body: Bytes,
-    policy: &Arc<Policy>,
-    snapshots: Snapshots,
-) -> Result<Served, Refusal> {
+async fn process(body: Bytes, policy: &Arc<Policy>, form: Form) -> Result<Served, Refusal> {
     let large = body.len() >= OFFLOAD_BYTES;
     let policy = policy.clone();
     let work = move || -> Result<Served, Refusal> {
@@ -471,7 +467,7 @@ async fn process(
             &policy,
         );
         let slices: Vec<&[u8]> = pieces.iter().map(|p| &p[..]).collect();
-        let etag = strong_etag_of(snapshots.as_str(), &slices);
+        let etag = strong_etag_of(form.as_str(), &slices);
         Ok(Served {
             processed,
             pieces,

@@ -8,21 +8,25 @@ use http::header::HeaderMap;
 
 use super::phase::NoCacheReason;
 use crate::catalog::names::TableId;
-use crate::catalog::route::{decode_component, decode_namespace, Route};
+use crate::catalog::route::{decode_component, decode_namespace, Operation, Route};
 use crate::origin::ACCESS_DELEGATION;
 use crate::policy::identity::Scope;
 
+/// Which representation of which kind of object an entry holds: a table with all its
+/// snapshots or only the referenced ones, or a view (which has no `snapshots` mode).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Snapshots {
-    All,
-    Refs,
+pub enum Form {
+    AllSnapshots,
+    RefSnapshots,
+    View,
 }
 
-impl Snapshots {
+impl Form {
     pub fn as_str(self) -> &'static str {
         match self {
-            Snapshots::All => "all",
-            Snapshots::Refs => "refs",
+            Form::AllSnapshots => "all",
+            Form::RefSnapshots => "refs",
+            Form::View => "view",
         }
     }
 }
@@ -30,7 +34,7 @@ impl Snapshots {
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct CacheKey {
     pub table: Arc<TableId>,
-    pub snapshots: Snapshots,
+    pub form: Form,
     /// Sorted, deduplicated, lower-cased modes; None when the header is absent.
     pub delegation: Option<String>,
     /// The view chain, each view as its decoded namespace parts and name.
@@ -39,10 +43,11 @@ pub struct CacheKey {
 }
 
 impl CacheKey {
-    /// The key of a loadTable request, or why it has none: a parameter icecache does not know
-    /// (a catalog extension may change the body) or one it cannot read unambiguously (the
-    /// catalog might read it another way). Either way the request bypasses the cache.
-    pub fn for_load_table(
+    /// The key of a loadTable or loadView request (or of the existence check of either), or
+    /// why it has none: a parameter icecache does not know (a catalog extension may change the
+    /// body) or one it cannot read unambiguously (the catalog might read it another way).
+    /// Either way the request bypasses the cache. Views take no parameters at all.
+    pub fn for_load(
         route: &Route,
         query: Option<&str>,
         sent: &HeaderMap,
@@ -57,23 +62,24 @@ impl CacheKey {
         if query.contains(';') {
             return Err(NoCacheReason::AmbiguousQuery);
         }
+        let view = matches!(route.operation, Operation::LoadView | Operation::ViewExists);
         let mut snapshots = None;
         let mut referenced_by = None;
         for pair in query.split('&').filter(|p| !p.is_empty()) {
             let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
             let name = decode_component(name).map_err(|_| NoCacheReason::AmbiguousQuery)?;
             match name.as_str() {
-                "snapshots" => {
+                "snapshots" if !view => {
                     let mode = match decode_component(value).as_deref() {
-                        Ok("all") => Snapshots::All,
-                        Ok("refs") => Snapshots::Refs,
+                        Ok("all") => Form::AllSnapshots,
+                        Ok("refs") => Form::RefSnapshots,
                         _ => return Err(NoCacheReason::UnknownParameter),
                     };
                     if snapshots.replace(mode).is_some() {
                         return Err(NoCacheReason::AmbiguousQuery);
                     }
                 }
-                "referenced-by" => {
+                "referenced-by" if !view => {
                     let chain = canonical_view_chain(value, separator)
                         .ok_or(NoCacheReason::AmbiguousQuery)?;
                     if referenced_by.replace(chain).is_some() {
@@ -89,7 +95,11 @@ impl CacheKey {
                 namespace,
                 table,
             }),
-            snapshots: snapshots.unwrap_or(Snapshots::All),
+            form: if view {
+                Form::View
+            } else {
+                snapshots.unwrap_or(Form::AllSnapshots)
+            },
             delegation: normalised_delegation(sent),
             referenced_by,
             scope,
@@ -110,7 +120,7 @@ impl CacheKey {
         }
         field(b"\xff");
         field(self.table.table.as_bytes());
-        field(self.snapshots.as_str().as_bytes());
+        field(self.form.as_str().as_bytes());
         field(self.delegation.as_deref().unwrap_or("\0").as_bytes());
         for view in self.referenced_by.iter().flatten() {
             for part in view {
@@ -189,7 +199,7 @@ mod tests {
         };
         let route = classify(&Method::GET, path, "%1F").unwrap();
         let scope = IdentityHasher::fixed().scope(&HeaderMap::new());
-        CacheKey::for_load_table(&route, query, headers, "%1F", scope)
+        CacheKey::for_load(&route, query, headers, "%1F", scope)
     }
 
     #[test]
@@ -200,6 +210,28 @@ mod tests {
         let refs = key("/v1/namespaces/db/tables/t?snapshots=refs", &h).unwrap();
         assert_eq!(bare, all);
         assert_ne!(all, refs);
+    }
+
+    #[test]
+    fn a_view_and_a_table_of_one_name_have_different_keys() {
+        let h = HeaderMap::new();
+        let table = key("/v1/namespaces/db/tables/t", &h).unwrap();
+        let view = key("/v1/namespaces/db/views/t", &h).unwrap();
+        assert_eq!(view.form, Form::View);
+        assert_ne!(table, view);
+        assert_ne!(table.identity(0), view.identity(0));
+    }
+
+    #[test]
+    fn a_view_takes_no_parameters() {
+        let h = HeaderMap::new();
+        for query in ["snapshots=all", "referenced-by=a%1Fv", "x=1"] {
+            assert_eq!(
+                key(&format!("/v1/namespaces/db/views/v?{query}"), &h),
+                Err(NoCacheReason::UnknownParameter),
+                "{query}"
+            );
+        }
     }
 
     #[test]

@@ -1,4 +1,4 @@
-//! The loadTable cache. A request arrives with its key, the request the catalog would be sent,
+//! The loadTable and loadView cache. A request arrives with its key, the request the catalog would be sent,
 //! and who is asking under which policy; the cache answers it in one of the phases of
 //! `CachePhase`, read top to bottom in `load`:
 //!
@@ -17,6 +17,7 @@ mod authz;
 mod coalesce;
 mod confirmations;
 mod entry;
+mod exists;
 mod fill;
 mod key;
 pub mod phase;
@@ -34,7 +35,7 @@ use thiserror::Error;
 use tokio::time::Instant;
 
 pub use fill::POLICY_READ_LIMIT;
-pub use key::{CacheKey, Snapshots};
+pub use key::{CacheKey, Form};
 pub use phase::{CachePhase, NoCacheReason};
 pub use respond::{mark, X_CACHE};
 
@@ -271,7 +272,7 @@ impl Cache {
         let fill = Fill {
             purpose: Purpose::Bypass,
             key: None,
-            snapshots: Snapshots::All,
+            form: Form::AllSnapshots,
             request,
             stale: None,
             ticket: None,
@@ -334,7 +335,7 @@ impl Cache {
             remote: ask.coordination.tokens().cloned(),
             purpose: Purpose::Fill,
             key: Some(ask.key.clone()),
-            snapshots: ask.key.snapshots,
+            form: ask.key.form,
             request: ask.request.clone(),
             stale,
             ticket: Some(ticket),
@@ -584,12 +585,12 @@ impl Cache {
     }
 }
 
-/// Whether the catalog failed to answer (or answered 5xx).
 /// Whether the fill's entry came from another replica rather than from the catalog.
 fn from_tier(outcome: &FillOutcome) -> bool {
     matches!(outcome, FillOutcome::Entry(entry) if entry.from_tier)
 }
 
+/// Whether the catalog failed to answer (or answered 5xx).
 fn failed(outcome: &FillOutcome) -> bool {
     match outcome {
         FillOutcome::Failed(_) => true,

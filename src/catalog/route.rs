@@ -96,6 +96,12 @@ impl Operation {
                 | RegisterView
         )
     }
+
+    /// Operations the cache answers (or may answer): their answers carry `x-cache`.
+    pub fn is_cached(self) -> bool {
+        use Operation::*;
+        matches!(self, LoadTable | LoadView | TableExists | ViewExists)
+    }
 }
 
 /// A classified request: the operation and the decoded identifiers its path names.

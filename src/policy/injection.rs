@@ -89,6 +89,29 @@ impl Injection {
     pub fn keys(&self) -> &[String] {
         &self.keys
     }
+
+    /// A stripped LoadCredentialsResponse whose storage credentials are the injected
+    /// properties, one for each prefix the catalog vended for: a client refreshing its
+    /// credentials gets the ones it is meant to use. A body that is not such a response is
+    /// returned as it is.
+    pub fn as_storage_credentials(&self, stripped: &Bytes, prefixes: &[String]) -> Bytes {
+        let injected = format!("{{{}}}", String::from_utf8_lossy(&self.fragment));
+        let (Ok(serde_json::Value::Object(mut body)), Ok(config)) = (
+            serde_json::from_slice::<serde_json::Value>(stripped),
+            serde_json::from_str::<serde_json::Value>(&injected),
+        ) else {
+            return stripped.clone();
+        };
+        let entries = prefixes
+            .iter()
+            .map(|prefix| serde_json::json!({ "prefix": prefix, "config": config }))
+            .collect();
+        body.insert(
+            "storage-credentials".to_owned(),
+            serde_json::Value::Array(entries),
+        );
+        serde_json::to_vec(&body).map_or_else(|_| stripped.clone(), Bytes::from)
+    }
 }
 
 /// One property's value, from where its source says.

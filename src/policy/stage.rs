@@ -71,13 +71,23 @@ pub fn process(shape: Shape, body: Bytes, policy: &Policy) -> Result<Processed, 
         Shape::Credentials | Shape::Unknown => Layout::AsIs,
     };
     match credentials::strip(&body, &policy.strip, layout) {
-        Ok(stripped) => Ok(Processed {
-            // Exactly as long as it is: a cached body holds nothing beyond its bytes.
-            body: Bytes::from(stripped.body.to_vec().into_boxed_slice()),
-            vended: (shape == Shape::Table).then_some(stripped.vended),
-            config_empty: stripped.config_empty,
-            removed: stripped.removed,
-        }),
+        Ok(mut stripped) => {
+            if let (Some(injection), Credentials::Inject, Shape::Credentials) =
+                (&policy.injection, policy.credentials, shape)
+            {
+                // A credential refresh gets the injected properties, for every prefix the
+                // catalog vended for (loadCredentials answers are never cached).
+                stripped.body =
+                    injection.as_storage_credentials(&stripped.body, &vended_prefixes(&body));
+            }
+            Ok(Processed {
+                // Exactly as long as it is: a cached body holds nothing beyond its bytes.
+                body: Bytes::from(stripped.body.to_vec().into_boxed_slice()),
+                vended: (shape == Shape::Table).then_some(stripped.vended),
+                config_empty: stripped.config_empty,
+                removed: stripped.removed,
+            })
+        }
         // Not an object: no client reads it as a LoadTableResult either.
         Err(_) if shape == Shape::Unknown => Ok(Processed {
             body,
@@ -87,6 +97,19 @@ pub fn process(shape: Shape, body: Bytes, policy: &Policy) -> Result<Processed, 
         }),
         Err(e) => Err(Refusal::NotJson(e)),
     }
+}
+
+/// The prefixes of a LoadCredentialsResponse's storage credentials (not secrets).
+fn vended_prefixes(body: &[u8]) -> Vec<String> {
+    let Ok(value) = serde_json::from_slice::<serde_json::Value>(body) else {
+        return Vec::new();
+    };
+    value["storage-credentials"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|entry| entry["prefix"].as_str().map(str::to_owned))
+        .collect()
 }
 
 /// `process`, on a blocking thread when the body is large.
@@ -205,8 +228,20 @@ mod tests {
         let served: Vec<u8> = served(&out.body, out.config_empty, Shape::Table, &p).concat();
         let value: serde_json::Value = serde_json::from_slice(&served).unwrap();
         assert_eq!(value["config"]["client.region"], "eu");
-        let credentials = served_text(Shape::Credentials, &p);
-        assert!(!credentials.contains("client.region"));
+        let unknown = served_text(Shape::Unknown, &p);
+        assert!(!unknown.contains("client.region"));
+    }
+
+    #[test]
+    fn load_credentials_under_inject_answers_the_injected_properties_for_each_prefix() {
+        let p = policy(Credentials::Inject);
+        let vended = br#"{"storage-credentials":[{"prefix":"s3://b/t","config":{"s3.secret-access-key":"S","s3.access-key-id":"A"}}]}"#;
+        let out = process(Shape::Credentials, Bytes::from_static(vended), &p).unwrap();
+        let value: serde_json::Value = serde_json::from_slice(&out.body).unwrap();
+        let entry = &value["storage-credentials"][0];
+        assert_eq!(entry["prefix"], "s3://b/t");
+        assert_eq!(entry["config"]["client.region"], "eu");
+        assert!(entry["config"].get("s3.secret-access-key").is_none());
     }
 
     fn served_text(shape: Shape, p: &Policy) -> String {

@@ -1,11 +1,13 @@
 //! The Iceberg REST listener's request handler, read top to bottom: name the operation
-//! (catalog::route), then serve loadTable from the cache (`load_table`), pass writes through and
-//! invalidate what they may have changed (`write`), rewrite `/v1/config` (`config`), and relay
-//! everything else (`relay`), with the policy stage on every answer that may carry credentials.
+//! (catalog::route), then serve loadTable and loadView from the cache (`load`), answer existence
+//! checks from it when it can (`exists`), pass writes through and invalidate what they may have
+//! changed (`write`), rewrite `/v1/config` (`config`), and relay everything else (`relay`), with
+//! the policy stage on every answer that may carry credentials.
 //! Failures travel back as values and are written once (`error::respond`).
 
 mod config;
-mod load_table;
+mod exists;
+mod load;
 mod relay;
 mod write;
 
@@ -96,8 +98,8 @@ pub async fn handle(state: &State, request: Request<Incoming>, peer: SocketAddr)
                 operation,
             };
             let mut response = error::respond(&e, &context);
-            // Every loadTable answer says how it was produced, icecache's own errors too.
-            let cached_route = operation == Operation::LoadTable && state.cache.is_some();
+            // Every answer on a cached route says how it was produced, icecache's own errors too.
+            let cached_route = operation.is_cached() && state.cache.is_some();
             let phase = e.phase().or(cached_route.then_some(CachePhase::Bypass));
             if let Some(phase) = phase {
                 response = crate::cache::mark(response, phase, &state.case);
@@ -122,24 +124,39 @@ async fn dispatch(
     if operation == Operation::Config {
         return config::serve(exchange, request).await.map(Answer::plain);
     }
-    if operation == Operation::LoadTable && request.method() == Method::GET {
-        return load_table::serve(exchange, request).await;
+    if matches!(operation, Operation::LoadTable | Operation::LoadView)
+        && request.method() == Method::GET
+    {
+        return load::serve(exchange, request).await;
+    }
+    if matches!(operation, Operation::TableExists | Operation::ViewExists)
+        && request.method() == Method::HEAD
+    {
+        return exists::serve(exchange, request).await;
     }
     if writes::is_write(&exchange.route, request.method()) {
         return write::serve(exchange, request).await.map(Answer::plain);
     }
     let (parts, body) = request.into_parts();
-    let shape = answer_shape(operation);
-    let origin = origin_request(&exchange, &parts, shape)?;
+    forward(&exchange, parts, body).await.map(Answer::plain)
+}
+
+/// Sends a request on to the catalog and relays its answer, through the policy stage where
+/// the route's answer may carry credentials.
+async fn forward(
+    exchange: &Exchange<'_>,
+    parts: http::request::Parts,
+    body: Incoming,
+) -> Result<Response<Body>, ProxyError> {
+    let shape = answer_shape(exchange.route.operation);
+    let origin = origin_request(exchange, &parts, shape)?;
     let idle = exchange.settings.request_timeout;
     let response = exchange
         .state
         .origin
         .send(origin, crate::wire::body::stream(body, idle))
         .await?;
-    relay::relay(&exchange, response, shape)
-        .await
-        .map(Answer::plain)
+    relay::relay(exchange, response, shape).await
 }
 
 /// The request to the catalog for a client's request, built once: the key (for loadTable) and

@@ -9,7 +9,6 @@ use hyper::body::Incoming;
 
 use super::Exchange;
 use crate::cache::POLICY_READ_LIMIT;
-use crate::catalog::route::Operation;
 use crate::error::ProxyError;
 use crate::origin::OriginError;
 use crate::policy::stage::{self, Refusal, Shape};
@@ -31,11 +30,8 @@ pub async fn relay(
     let (mut parts, body) = response.into_parts();
     remove_hop_by_hop(&mut parts.headers);
     let idle = exchange.settings.request_timeout;
-    if matches!(
-        exchange.route.operation,
-        Operation::LoadTable | Operation::TableExists
-    ) {
-        // Clients only ever see icecache's ETags for a table's representation.
+    if exchange.route.operation.is_cached() {
+        // Clients only ever see icecache's ETags for a table's or a view's representation.
         parts.headers.remove(header::ETAG);
     }
     if !processes(shape, &exchange.policy) || body.is_end_stream() {

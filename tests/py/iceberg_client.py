@@ -66,6 +66,13 @@ def main():
         print(json.dumps({"snapshots": len(t.metadata.snapshots)}))
     elif command == "exists":
         print(json.dumps({"exists": catalog(uri).table_exists(identifier)}))
+    elif command == "load-view":
+        view = catalog(uri, **{"view-endpoints-supported": "true"}).load_view(identifier)
+        print(json.dumps({"properties": view.metadata.properties,
+                          "version": view.metadata.current_version_id}))
+    elif command == "view-exists":
+        views = catalog(uri, **{"view-endpoints-supported": "true"})
+        print(json.dumps({"exists": views.view_exists(identifier)}))
     elif command == "list":
         tables = sorted(".".join(t) for t in catalog(uri).list_tables(namespace))
         print(json.dumps({"tables": tables}))

@@ -368,6 +368,19 @@ impl Api {
     }
 }
 
+/// A CreateViewRequest for a one-column SQL view with the property `k`.
+pub fn view_body(name: &str, k: &str) -> Value {
+    json!({
+        "name": name,
+        "schema": { "type": "struct", "schema-id": 0,
+                    "fields": [{ "id": 1, "name": "x", "type": "long", "required": false }] },
+        "view-version": { "version-id": 1, "timestamp-ms": 1_700_000_000_000u64, "schema-id": 0,
+                          "summary": {}, "default-namespace": [],
+                          "representations": [{ "type": "sql", "sql": "select 1 as x", "dialect": "spark" }] },
+        "properties": { "k": k }
+    })
+}
+
 /// The virtual environment's Python, with pyiceberg, installed by `scripts/test-env.sh`.
 pub fn python() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".test-env/venv/bin/python")

@@ -1,6 +1,7 @@
-//! loadTable: the request to the catalog is built first, the key is derived from it, and the
-//! cache answers; a request without a key (a query icecache cannot read for sure) is asked
-//! alone, through the policy stage under `strip` and `inject`, streamed under `passthrough`.
+//! loadTable and loadView: the request to the catalog is built first, the key is derived from
+//! it, and the cache answers; a request without a key (a query icecache cannot read for sure)
+//! is asked alone, through the policy stage under `strip` and `inject`, streamed under
+//! `passthrough`.
 
 use http::header::{self, HeaderValue};
 use http::Request;
@@ -8,7 +9,6 @@ use hyper::body::Incoming;
 
 use super::{answer_shape, origin_request, relay, Answer, Exchange};
 use crate::cache::{self, Ask, CacheKey, CachePhase, Caller, Failure, Lookup, NoCacheReason};
-use crate::catalog::route::Operation;
 use crate::error::ProxyError;
 use crate::origin::OriginRequest;
 use crate::policy::identity::Scope;
@@ -21,39 +21,13 @@ pub async fn serve(
     request: Request<Incoming>,
 ) -> Result<Answer, ProxyError> {
     let (parts, _body) = request.into_parts();
-    let shape = answer_shape(Operation::LoadTable);
+    let shape = answer_shape(exchange.route.operation);
     let sent = origin_request(&exchange, &parts, shape)?;
     let Some(cache) = exchange.state.cache.clone() else {
         return stream(&exchange, sent, None).await;
     };
-    // Who is asking, as the catalog will see it: after hop-by-hop headers are gone.
-    let scope = exchange.state.identity.scope(&sent.headers);
+    let (caller, key) = caller_and_key(&exchange, &parts, &sent);
     let policy = exchange.policy.clone();
-    let key_scope = if policy.identity.shares_entries() {
-        Scope::SHARED
-    } else {
-        scope
-    };
-    let caller = Caller {
-        scope,
-        policy: policy.clone(),
-        if_none_match: sent
-            .headers
-            .get_all(header::IF_NONE_MATCH)
-            .iter()
-            .cloned()
-            .collect::<Vec<HeaderValue>>(),
-        // The client's own Accept-Encoding: the catalog may have been asked for identity.
-        accepts_gzip: accepts_gzip(&parts.headers),
-    };
-    let separator = exchange.state.separator.get();
-    let key = CacheKey::for_load_table(
-        &exchange.route,
-        parts.uri.query(),
-        &sent.headers,
-        &separator,
-        key_scope,
-    );
     let lookup = match key {
         Ok(key) => {
             let ask = Ask::new(
@@ -92,7 +66,43 @@ pub async fn serve(
     }
 }
 
-/// Streams a loadTable from the catalog as it comes (passthrough only: nothing to check),
+/// Who is asking (as the catalog will see it: after hop-by-hop headers are gone), and the key
+/// of what they ask for, or why it has none.
+pub(super) fn caller_and_key(
+    exchange: &Exchange<'_>,
+    parts: &http::request::Parts,
+    sent: &OriginRequest,
+) -> (Caller, Result<CacheKey, NoCacheReason>) {
+    let scope = exchange.state.identity.scope(&sent.headers);
+    let key_scope = if exchange.policy.identity.shares_entries() {
+        Scope::SHARED
+    } else {
+        scope
+    };
+    let caller = Caller {
+        scope,
+        policy: exchange.policy.clone(),
+        if_none_match: sent
+            .headers
+            .get_all(header::IF_NONE_MATCH)
+            .iter()
+            .cloned()
+            .collect::<Vec<HeaderValue>>(),
+        // The client's own Accept-Encoding: the catalog may have been asked for identity.
+        accepts_gzip: accepts_gzip(&parts.headers),
+    };
+    let separator = exchange.state.separator.get();
+    let key = CacheKey::for_load(
+        &exchange.route,
+        parts.uri.query(),
+        &sent.headers,
+        &separator,
+        key_scope,
+    );
+    (caller, key)
+}
+
+/// Streams a load from the catalog as it comes (passthrough only: nothing to check),
 /// without conditionals (the client holds icecache's ETags, never the catalog's).
 async fn stream(
     exchange: &Exchange<'_>,
@@ -110,7 +120,7 @@ async fn stream(
                 error: cache::CacheError::Origin(e),
             })
         })?;
-    let shape = answer_shape(Operation::LoadTable);
+    let shape = answer_shape(exchange.route.operation);
     let response = relay::relay(exchange, response, shape).await?;
     let phase = exchange.state.cache.as_ref().map(|_| CachePhase::Bypass);
     let response = match phase {

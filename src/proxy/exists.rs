@@ -1,0 +1,46 @@
+//! tableExists and viewExists (`HEAD`): answered `204` from a fresh entry the caller could be
+//! served, without asking the catalog; otherwise relayed as they are, marked as a bypass. A
+//! missing entry never becomes a 404: only the catalog says what does not exist.
+
+use http::{Request, Response, StatusCode};
+use hyper::body::Incoming;
+
+use super::load::caller_and_key;
+use super::{answer_shape, forward, origin_request, Answer, Exchange};
+use crate::cache::{self, Ask, CachePhase};
+use crate::error::ProxyError;
+use crate::wire::body::empty;
+
+pub async fn serve(
+    exchange: Exchange<'_>,
+    request: Request<Incoming>,
+) -> Result<Answer, ProxyError> {
+    let (parts, body) = request.into_parts();
+    let Some(cache) = exchange.state.cache.clone() else {
+        return forward(&exchange, parts, body).await.map(Answer::plain);
+    };
+    let sent = origin_request(&exchange, &parts, answer_shape(exchange.route.operation))?;
+    let (caller, key) = caller_and_key(&exchange, &parts, &sent);
+    let reason = match key {
+        Ok(key) => {
+            let ask = Ask::new(key, sent.for_fill(), caller, exchange.settings.clone());
+            if cache.vouches_for(ask).await {
+                let mut response = Response::new(empty());
+                *response.status_mut() = StatusCode::NO_CONTENT;
+                return Ok(Answer {
+                    response: cache::mark(response, CachePhase::Hit, &exchange.state.case),
+                    phase: Some(CachePhase::Hit),
+                    reason: None,
+                });
+            }
+            None
+        }
+        Err(reason) => Some(reason),
+    };
+    let response = forward(&exchange, parts, body).await?;
+    Ok(Answer {
+        response: cache::mark(response, CachePhase::Bypass, &exchange.state.case),
+        phase: Some(CachePhase::Bypass),
+        reason,
+    })
+}
