@@ -214,7 +214,7 @@ impl Cache {
         };
         let Some(entry) = servable else {
             let held_one = held.is_some();
-            let (outcome, led) = self.fill(&ask, held.clone()).await?;
+            let (outcome, led) = Box::pin(self.fill(&ask, held.clone())).await?;
             let catalog_failed = failed(&outcome);
             if let Some(stale) =
                 held.filter(|_| catalog_failed && ask.coordination == Coordination::AskCatalog)
@@ -235,7 +235,7 @@ impl Cache {
                 (true, true) => CachePhase::Revalidated,
                 (true, false) => CachePhase::Miss,
             };
-            return self.answer(&ask, &outcome, phase).await;
+            return Box::pin(self.answer(&ask, &outcome, phase)).await;
         };
         let windows = &ask.settings.cache;
         let fresh_until = entry.fresh_until(windows.fresh_for);
@@ -247,7 +247,7 @@ impl Cache {
             self.revalidate_in_background(&ask, entry.clone());
             return self.deliver(&ask, &entry, CachePhase::Stale).await;
         }
-        let (outcome, led) = self.fill(&ask, Some(entry.clone())).await?;
+        let (outcome, led) = Box::pin(self.fill(&ask, Some(entry.clone()))).await?;
         if failed(&outcome) && stale_for < windows.stale_if_error && entry.credentials_servable(now)
         {
             return self.deliver(&ask, &entry, CachePhase::Stale).await;
@@ -257,7 +257,7 @@ impl Cache {
             true if from_tier(&outcome) => CachePhase::Shared,
             true => CachePhase::Revalidated,
         };
-        self.answer(&ask, &outcome, phase).await
+        Box::pin(self.answer(&ask, &outcome, phase)).await
     }
 
     /// Answers a loadTable request that has no key (or must not use the cache): asked alone,
@@ -490,21 +490,20 @@ impl Cache {
         let caller = &ask.caller;
         if !entry.content.vary.matches(&ask.request.headers) {
             // Fetched for a request that differed in a header the catalog varies on.
-            return self
-                .bypass(
-                    ask.request.clone(),
-                    caller.clone(),
-                    ask.settings.clone(),
-                    NoCacheReason::Vary,
-                )
-                .await;
+            return Box::pin(self.bypass(
+                ask.request.clone(),
+                caller.clone(),
+                ask.settings.clone(),
+                NoCacheReason::Vary,
+            ))
+            .await;
         }
         if caller.policy.identity == Identity::Revalidate
             && !self
                 .confirmations
                 .is_confirmed(entry.content.id, caller.scope)
         {
-            return self.authorize(ask, entry).await;
+            return Box::pin(self.authorize(ask, entry)).await;
         }
         Ok(Lookup::Served {
             response: respond::from_entry(entry, phase, caller, &self.metrics, &self.case),

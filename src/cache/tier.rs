@@ -71,7 +71,7 @@ impl Cache {
             // Bounded, and hearing every announcement: local freshness.
             return Coordination::Local;
         }
-        match cluster.observe(&key.table.loose()).await {
+        match Box::pin(cluster.observe(&key.table.loose())).await {
             Observed::Live(tokens) => Coordination::Tokens(tokens),
             Observed::Degraded => when_down,
         }

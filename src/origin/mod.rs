@@ -147,10 +147,9 @@ impl OriginRequest {
             client.proto,
         );
         headers.remove(header::CONTENT_LENGTH);
-        let path_and_query = parts.uri.path_and_query().map_or("/", PathAndQuery::as_str);
         Ok(OriginRequest {
             method: parts.method.clone(),
-            uri: join(url, path_and_query)?,
+            uri: join(url, parts.uri.path_and_query())?,
             headers,
             operation: client.operation,
         })
@@ -191,10 +190,17 @@ impl OriginRequest {
     }
 }
 
-/// `base_path` + the client's path and query, as an absolute upstream URI.
-fn join(url: &UpstreamUrl, path_and_query: &str) -> Result<Uri, UnsendablePath> {
-    let joined = format!("{}{}", url.base_path, path_and_query);
-    let pq = PathAndQuery::try_from(joined.as_str()).map_err(|_| UnsendablePath)?;
+/// `base_path` + the client's path and query, as an absolute upstream URI. Without a base
+/// path the client's (already parsed) path and query is reused as it is.
+fn join(url: &UpstreamUrl, path_and_query: Option<&PathAndQuery>) -> Result<Uri, UnsendablePath> {
+    let pq = match path_and_query {
+        Some(pq) if url.base_path.is_empty() => pq.clone(),
+        _ => {
+            let client = path_and_query.map_or("/", PathAndQuery::as_str);
+            let joined = format!("{}{client}", url.base_path);
+            PathAndQuery::try_from(joined.as_str()).map_err(|_| UnsendablePath)?
+        }
+    };
     Uri::builder()
         .scheme(url.scheme.clone())
         .authority(url.authority.clone())
@@ -326,7 +332,7 @@ impl Origin {
     pub fn probe_request(&self) -> Option<OriginRequest> {
         Some(OriginRequest {
             method: Method::GET,
-            uri: join(&self.url, "/v1/config").ok()?,
+            uri: join(&self.url, Some(&PathAndQuery::from_static("/v1/config"))).ok()?,
             headers: HeaderMap::new(),
             operation: Operation::Config,
         })

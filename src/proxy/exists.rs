@@ -17,7 +17,9 @@ pub async fn serve(
 ) -> Result<Answer, ProxyError> {
     let (parts, body) = request.into_parts();
     let Some(cache) = exchange.state.cache.clone() else {
-        return forward(&exchange, parts, body).await.map(Answer::plain);
+        return Box::pin(forward(&exchange, parts, body))
+            .await
+            .map(Answer::plain);
     };
     let sent = origin_request(&exchange, &parts, answer_shape(exchange.route.operation))?;
     let (caller, key) = caller_and_key(&exchange, &parts, &sent);
@@ -37,7 +39,7 @@ pub async fn serve(
         }
         Err(reason) => Some(reason),
     };
-    let response = forward(&exchange, parts, body).await?;
+    let response = Box::pin(forward(&exchange, parts, body)).await?;
     Ok(Answer {
         response: cache::mark(response, CachePhase::Bypass, &exchange.state.case),
         phase: Some(CachePhase::Bypass),

@@ -24,32 +24,22 @@ pub async fn serve(
     let shape = answer_shape(exchange.route.operation);
     let sent = origin_request(&exchange, &parts, shape)?;
     let Some(cache) = exchange.state.cache.clone() else {
-        return stream(&exchange, sent, None).await;
+        return Box::pin(stream(&exchange, sent, None)).await;
     };
     let (caller, key) = caller_and_key(&exchange, &parts, &sent);
     let policy = exchange.policy.clone();
+    // The request moves into the cache; the rare answer streamed after all (too large to
+    // keep) is asked again with the request rebuilt.
     let lookup = match key {
         Ok(key) => {
-            let ask = Ask::new(
-                key,
-                sent.clone().for_fill(),
-                caller,
-                exchange.settings.clone(),
-            );
+            let ask = Ask::new(key, sent.for_fill(), caller, exchange.settings.clone());
             cache.load(ask).await
         }
         Err(reason) if policy.credentials == Credentials::Passthrough => {
-            return stream(&exchange, sent, Some(reason)).await;
+            return Box::pin(stream(&exchange, sent, Some(reason))).await;
         }
         Err(reason) => {
-            cache
-                .bypass(
-                    sent.clone().for_fill(),
-                    caller,
-                    exchange.settings.clone(),
-                    reason,
-                )
-                .await
+            Box::pin(cache.bypass(sent.for_fill(), caller, exchange.settings.clone(), reason)).await
         }
     };
     match lookup.map_err(ProxyError::from)? {
@@ -62,7 +52,10 @@ pub async fn serve(
             phase: Some(phase),
             reason,
         }),
-        Lookup::Stream(reason) => stream(&exchange, sent, Some(reason)).await,
+        Lookup::Stream(reason) => {
+            let sent = origin_request(&exchange, &parts, shape)?;
+            Box::pin(stream(&exchange, sent, Some(reason))).await
+        }
     }
 }
 

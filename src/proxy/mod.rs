@@ -122,7 +122,9 @@ async fn dispatch(
 ) -> Result<Answer, ProxyError> {
     let operation = exchange.route.operation;
     if operation == Operation::Config {
-        return config::serve(exchange, request).await.map(Answer::plain);
+        return Box::pin(config::serve(exchange, request))
+            .await
+            .map(Answer::plain);
     }
     if matches!(operation, Operation::LoadTable | Operation::LoadView)
         && request.method() == Method::GET
@@ -135,10 +137,14 @@ async fn dispatch(
         return exists::serve(exchange, request).await;
     }
     if writes::is_write(&exchange.route, request.method()) {
-        return write::serve(exchange, request).await.map(Answer::plain);
+        return Box::pin(write::serve(exchange, request))
+            .await
+            .map(Answer::plain);
     }
     let (parts, body) = request.into_parts();
-    forward(&exchange, parts, body).await.map(Answer::plain)
+    Box::pin(forward(&exchange, parts, body))
+        .await
+        .map(Answer::plain)
 }
 
 /// Sends a request on to the catalog and relays its answer, through the policy stage where
@@ -221,7 +227,36 @@ fn request_id(request: &Request<Incoming>) -> Arc<str> {
                 u32::from_le_bytes(bytes)
             });
             let n = NEXT.fetch_add(1, Ordering::Relaxed);
-            Arc::from(format!("{process:08x}-{n:x}"))
+            // `{process:08x}-{n:x}`, without the formatting machinery (every request runs it).
+            let mut id = [0u8; 8 + 1 + 16];
+            hex_into(&mut id[..8], u64::from(process));
+            id[8] = b'-';
+            let digits = (64 - n.leading_zeros()).div_ceil(4).max(1) as usize;
+            hex_into(&mut id[9..9 + digits], n);
+            Arc::from(std::str::from_utf8(&id[..9 + digits]).unwrap_or("0"))
         }
+    }
+}
+
+/// Writes the low hex digits of `n` into `out`, most significant first, zero padded.
+fn hex_into(out: &mut [u8], mut n: u64) {
+    for byte in out.iter_mut().rev() {
+        *byte = b"0123456789abcdef"[(n & 0xf) as usize];
+        n >>= 4;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::hex_into;
+
+    #[test]
+    fn hex_digits_are_written_most_significant_first() {
+        let mut out = [0u8; 8];
+        hex_into(&mut out, 0xbeef);
+        assert_eq!(&out, b"0000beef");
+        let mut one = [0u8; 1];
+        hex_into(&mut one, 0);
+        assert_eq!(&one, b"0");
     }
 }

@@ -1,6 +1,7 @@
 //! Header rules of a reverse proxy: hop-by-hop headers stay on their hop, and the catalog learns
 //! who asked through `X-Forwarded-*`.
 
+use std::io::Write as _;
 use std::net::SocketAddr;
 
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
@@ -52,17 +53,46 @@ pub fn add_forwarded(
             headers.insert(X_FORWARDED_HOST.clone(), host);
         }
     }
-    let peer_ip = peer.ip().to_string();
-    let forwarded_for = match headers.get(&X_FORWARDED_FOR).and_then(|v| v.to_str().ok()) {
-        Some(existing) => format!("{existing}, {peer_ip}"),
-        None => peer_ip,
+    let value = match headers.get(&X_FORWARDED_FOR).and_then(|v| v.to_str().ok()) {
+        Some(existing) => {
+            let mut forwarded_for = Vec::with_capacity(existing.len() + 48);
+            forwarded_for.extend_from_slice(existing.as_bytes());
+            forwarded_for.extend_from_slice(b", ");
+            let _ = write!(forwarded_for, "{}", peer.ip());
+            HeaderValue::from_maybe_shared(bytes::Bytes::from(forwarded_for)).ok()
+        }
+        None => Some(peer_value(peer.ip())),
     };
-    if let Ok(value) = HeaderValue::from_str(&forwarded_for) {
+    if let Some(value) = value {
         headers.insert(X_FORWARDED_FOR.clone(), value);
     }
     if !headers.contains_key(&X_FORWARDED_PROTO) {
         headers.insert(X_FORWARDED_PROTO.clone(), HeaderValue::from_static(proto));
     }
+}
+
+/// The peer's address as a header value; the last one is kept per thread, since every request
+/// of a connection (cache hits included) names the same peer.
+fn peer_value(ip: std::net::IpAddr) -> HeaderValue {
+    thread_local! {
+        static LAST: std::cell::RefCell<Option<(std::net::IpAddr, HeaderValue)>> =
+            const { std::cell::RefCell::new(None) };
+    }
+    LAST.with(|last| {
+        let mut last = last.borrow_mut();
+        if let Some((seen, value)) = last.as_ref() {
+            if *seen == ip {
+                return value.clone();
+            }
+        }
+        let mut text = Vec::with_capacity(48);
+        let _ = write!(text, "{ip}");
+        // An address is always a valid header value.
+        let value = HeaderValue::from_maybe_shared(bytes::Bytes::from(text))
+            .unwrap_or_else(|_| HeaderValue::from_static("unknown"));
+        *last = Some((ip, value.clone()));
+        value
+    })
 }
 
 #[cfg(test)]
