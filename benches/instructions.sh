@@ -1,0 +1,56 @@
+#!/bin/bash
+# Instructions (user space) per request on the hit path, counted by callgrind: the same figure
+# every run, whatever else the machine does. One worker, the 50 KB fixture upstream, 2,000
+# keep-alive requests after 50 of warm-up.
+#
+# usage: bash benches/instructions.sh [304|hit] [N] [ICECACHE_BINARY]
+# needs: valgrind (apt-get install valgrind), python3, cargo
+set -euo pipefail
+MODE=${1:-304}; N=${2:-2000}
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+cd "$ROOT"
+cargo build --release --quiet
+BIN=${3:-$ROOT/target/release/icecache}
+FIXTURE=$(cargo bench --bench fixture_server --no-run --message-format=json 2>/dev/null \
+  | python3 -c 'import sys, json
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("executable") and m["target"]["name"] == "fixture_server": print(m["executable"])')
+WORK=$(mktemp -d)
+trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$WORK"' EXIT
+python3 benches/make_metadata.py 51200 "$WORK/body.json"
+port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+UP=$(port); LISTEN=$(port); ADMIN=$(port)
+"$FIXTURE" "127.0.0.1:$UP" "$WORK/body.json" '"fixture-v1"' 0 >/dev/null 2>&1 &
+valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$WORK/cg.out" "$BIN" \
+  --upstream "http://127.0.0.1:$UP" --listen "127.0.0.1:$LISTEN" --admin-listen "127.0.0.1:$ADMIN" \
+  --log-level warn --fresh-for 1h --workers 1 >/dev/null 2>&1 &
+VPID=$!
+for _ in $(seq 1 150); do curl -s -o /dev/null "http://127.0.0.1:$ADMIN/healthz" && break; sleep 0.2; done
+python3 - "$MODE" "$N" "$VPID" "$LISTEN" <<'PY'
+import http.client, subprocess, sys
+mode, n, pid, port = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
+c = http.client.HTTPConnection("127.0.0.1", port)
+h = {"Authorization": "Bearer benchmark-token"}
+path = "/v1/warehouse/namespaces/db/tables/events"
+c.request("GET", path, headers=h); r = c.getresponse(); r.read()
+if mode == "304":
+    h["If-None-Match"] = r.getheader("ETag")
+for _ in range(50):
+    c.request("GET", path, headers=h); c.getresponse().read()
+subprocess.run(["callgrind_control", "-i", "on", pid], capture_output=True, check=True)
+for _ in range(n):
+    c.request("GET", path, headers=h); r = c.getresponse(); r.read()
+    assert r.status == (304 if mode == "304" else 200), r.status
+subprocess.run(["callgrind_control", "-i", "off", pid], capture_output=True, check=True)
+subprocess.run(["callgrind_control", "-d", pid], capture_output=True, check=True)
+PY
+sleep 0.5
+kill "$VPID"; wait "$VPID" 2>/dev/null || true
+TOTAL=0
+for f in "$WORK"/cg.out*; do
+  T=$(callgrind_annotate "$f" 2>/dev/null | awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1}')
+  [[ "$T" =~ ^[0-9]+$ ]] || T=0
+  TOTAL=$((TOTAL + T))
+done
+echo "$MODE: $((TOTAL / N)) instructions/request (user space, N=$N)"
