@@ -3,12 +3,6 @@ use std::process::ExitCode;
 use icecache::config::{self, Command, Parsed, EXIT_CONFIG};
 use icecache::ops::{logging, probe};
 
-/// mimalloc: a request's many small, short-lived allocations (headers, keys, futures) cost
-/// about a third of what glibc's malloc charges for them on the hit path (measured with
-/// callgrind, README "Performance").
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 fn main() -> ExitCode {
     let cli = match config::parse(std::env::args_os()) {
         Parsed::Run(cli) => cli,
