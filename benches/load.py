@@ -502,7 +502,7 @@ Written by `python3 benches/load.py --readme` on {day} from one run (never edite
 for HTTP/2), servers and load generator sharing the machine:
 {setup}
 
-{chr(10).join(sections)}
+{(chr(10) * 2).join(sections)}
 
 icecache ran as `icecache --upstream http://127.0.0.1:UPSTREAM --listen … --log-level warn
 --fresh-for 1h` (plus `--tls-cert`/`--tls-key` for the TLS rows). nginx ran with:
