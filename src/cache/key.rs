@@ -237,9 +237,19 @@ mod tests {
     #[test]
     fn spellings_of_one_table_share_a_key() {
         let h = HeaderMap::new();
-        let a = key("/v1/p/namespaces/a%1Fb%20c/tables/my+t", &h).unwrap();
-        let b = key("/v1/p/namespaces/a%1fb+c/tables/my%20t", &h).unwrap();
+        let a = key("/v1/p/namespaces/a%1Fb%20c/tables/my%20t", &h).unwrap();
+        let b = key("/v1/p/namespaces/a%1fb%20%63/tables/my%20%74", &h).unwrap();
         assert_eq!(a, b);
+    }
+
+    #[test]
+    fn plus_and_percent_twenty_never_share_a_key_but_invalidate_each_other() {
+        // Go, axum and JAX-RS catalogs read `+` as a plus; Iceberg's Java code as a space.
+        let h = HeaderMap::new();
+        let plus = key("/v1/namespaces/db/tables/a+b", &h).unwrap();
+        let space = key("/v1/namespaces/db/tables/a%20b", &h).unwrap();
+        assert_ne!(plus, space);
+        assert_eq!(plus.table.loose(), space.table.loose());
     }
 
     #[test]
@@ -318,7 +328,7 @@ mod tests {
             ns in proptest::collection::vec("[a-zA-Z0-9 _.-]{1,8}", 1..4),
             table in "[a-zA-Z0-9 _.-]{1,12}",
         ) {
-            let minimal = |s: &str| s.replace(' ', "+");
+            let minimal = |s: &str| s.replace(' ', "%20");
             let full = |s: &str| percent_encoding::utf8_percent_encode(
                 s, percent_encoding::NON_ALPHANUMERIC).to_string();
             let a = format!("/v1/namespaces/{}/tables/{}",

@@ -21,14 +21,14 @@ impl TableId {
 }
 
 /// A table as any spelling of it may name it: no prefix, namespace parts also split on `.`,
-/// everything lower-cased. Two distinct tables may share one (then a write to either
+/// everything lower-cased, `+` read as a space. Two distinct tables may share one (then a write to either
 /// invalidates both, which costs a refill, never a stale answer).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct LooseName(Arc<(Vec<String>, String)>);
 
 impl LooseName {
     pub fn new(namespace: &[String], table: &str) -> LooseName {
-        LooseName(Arc::new((loose_namespace(namespace), table.to_lowercase())))
+        LooseName(Arc::new((loose_namespace(namespace), fold(table))))
     }
 
     pub fn namespace(&self) -> &[String] {
@@ -52,8 +52,14 @@ pub fn loose_namespace(parts: &[String]) -> Vec<String> {
         .iter()
         .flat_map(|part| part.split('.'))
         .filter(|part| !part.is_empty())
-        .map(str::to_lowercase)
+        .map(fold)
         .collect()
+}
+
+/// A name as every catalog might read it: case folded, and `+` taken for the space some
+/// catalogs decode it to.
+fn fold(name: &str) -> String {
+    name.to_lowercase().replace('+', " ")
 }
 
 #[cfg(test)]

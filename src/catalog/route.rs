@@ -139,6 +139,19 @@ pub fn classify(method: &Method, path: &str, separator: &str) -> Result<Route, R
     let Some(rest) = path.strip_prefix("/v1/") else {
         return Ok(Route::other());
     };
+    // Servlet and JAX-RS catalogs drop `;parameters` from a segment before they match it;
+    // others keep them: a path with one names nothing for sure.
+    if rest.contains(';') {
+        return Ok(Route::other());
+    }
+    let route = classify_segments(method, rest, separator)?;
+    // A decoded `/` inside a name: a catalog may route on the decoded path.
+    let slashed = route.name.as_deref().is_some_and(|n| n.contains('/'))
+        || route.namespace.iter().flatten().any(|p| p.contains('/'));
+    Ok(if slashed { Route::other() } else { route })
+}
+
+fn classify_segments(method: &Method, rest: &str, separator: &str) -> Result<Route, RouteError> {
     let segments: Vec<&str> = rest.split('/').collect();
     match segments.as_slice() {
         ["config"] if method == Method::GET => return Ok(named(Operation::Config)),
@@ -283,8 +296,10 @@ fn split_ignore_ascii_case<'a>(haystack: &'a str, needle: &str) -> Vec<&'a str> 
     parts
 }
 
-/// Strict percent-decoding of one path segment: `%` must be followed by two hex digits, and
-/// `+` is a space (the Java client form-encodes names, pyiceberg writes `%20`).
+/// Strict percent-decoding of one path segment: `%` must be followed by two hex digits. A `+`
+/// stays a `+`: Iceberg's Java code reads it as a space (its client form-encodes names), Go,
+/// axum and JAX-RS read it as a plus, so `a+b` and `a%20b` may be two tables and never share an
+/// entry; their loose names agree, so a write to either invalidates both.
 pub fn decode_component(raw: &str) -> Result<String, RouteError> {
     let bytes = raw.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
@@ -304,10 +319,6 @@ pub fn decode_component(raw: &str) -> Result<String, RouteError> {
                 };
                 out.push(byte);
                 i += 3;
-            }
-            b'+' => {
-                out.push(b' ');
-                i += 1;
             }
             other => {
                 out.push(other);
@@ -451,11 +462,50 @@ mod tests {
     }
 
     #[test]
-    fn plus_and_percent_twenty_are_both_a_space() {
-        let java = route(Method::GET, "/v1/namespaces/my+db/tables/my+table");
-        let python = route(Method::GET, "/v1/namespaces/my%20db/tables/my%20table");
-        assert_eq!(java, python);
-        assert_eq!(java.name.as_deref(), Some("my table"));
+    fn a_plus_stays_a_plus_and_percent_twenty_is_a_space() {
+        let plus = route(Method::GET, "/v1/namespaces/my+db/tables/my+table");
+        let space = route(Method::GET, "/v1/namespaces/my%20db/tables/my%20table");
+        assert_eq!(plus.name.as_deref(), Some("my+table"));
+        assert_eq!(space.name.as_deref(), Some("my table"));
+    }
+
+    #[test]
+    fn a_path_with_segment_parameters_names_nothing() {
+        for path in [
+            "/v1/namespaces/db/tables/t;a=b",
+            "/v1/namespaces/db;x/views/v",
+            "/v1/p;q/namespaces/db/tables/t",
+        ] {
+            assert_eq!(
+                route(Method::GET, path).operation,
+                Operation::Other,
+                "{path}"
+            );
+            assert_eq!(
+                route(Method::POST, path).operation,
+                Operation::Other,
+                "{path}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_decoded_slash_in_a_name_names_nothing() {
+        for path in [
+            "/v1/namespaces/db/views/x%2F",
+            "/v1/namespaces/a%2Fb/tables/t",
+        ] {
+            assert_eq!(
+                route(Method::GET, path).operation,
+                Operation::Other,
+                "{path}"
+            );
+            assert_eq!(
+                route(Method::DELETE, path).operation,
+                Operation::Other,
+                "{path}"
+            );
+        }
     }
 
     #[test]
@@ -493,7 +543,7 @@ mod tests {
         }
 
         #[test]
-        fn encoded_names_round_trip(name in "\\PC{1,20}") {
+        fn encoded_names_round_trip(name in "[^/\\p{C}]{1,20}") {
             let encoded: String = percent_encoding::utf8_percent_encode(
                 &name, percent_encoding::NON_ALPHANUMERIC).to_string();
             let r = classify(&Method::GET, &format!("/v1/namespaces/db/tables/{encoded}"), SEP)

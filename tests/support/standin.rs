@@ -276,7 +276,14 @@ async fn answer(state: Arc<State>, request: Request<Incoming>) -> Result<Answer,
         });
     }
     let shape = state.shape.lock().unwrap().clone();
-    let path = parts.uri.path().to_owned();
+    // Routed as a servlet catalog routes: `;parameters` dropped from every segment.
+    let path = parts
+        .uri
+        .path()
+        .split('/')
+        .map(|segment| segment.split(';').next().unwrap_or(""))
+        .collect::<Vec<_>>()
+        .join("/");
     let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
     let tables_at = segments.iter().position(|s| *s == "tables");
     let who = caller(&parts.headers);
