@@ -18,12 +18,18 @@ pub struct Redis {
 
 impl Redis {
     pub async fn start() -> Redis {
-        let mut redis = Redis {
-            child: None,
-            port: free_port(),
-        };
-        redis.spawn().await;
-        redis
+        // A free port can be taken by another test's server before redis binds it: then it
+        // exits at once, and a new port is tried.
+        for _ in 0..3 {
+            let mut redis = Redis {
+                child: None,
+                port: free_port(),
+            };
+            if redis.try_spawn().await {
+                return redis;
+            }
+        }
+        panic!("redis-server did not start on three ports");
     }
 
     /// A port where no Redis runs yet (`restart` starts it there).
@@ -35,6 +41,13 @@ impl Redis {
     }
 
     async fn spawn(&mut self) {
+        if !self.try_spawn().await {
+            panic!("redis-server did not start on port {}", self.port);
+        }
+    }
+
+    /// Starts redis-server on this port; false when it exits or does not answer within 10 s.
+    async fn try_spawn(&mut self) -> bool {
         let binary =
             std::env::var("ICECACHE_REDIS_SERVER").unwrap_or_else(|_| "redis-server".into());
         let child = Command::new(&binary)
@@ -54,13 +67,25 @@ impl Redis {
                 panic!("{binary} starts (scripts/test.sh installs Debian's redis-server): {e}")
             });
         self.child = Some(child);
-        for _ in 0..200 {
+        for _ in 0..500 {
             if self.connection().is_ok() {
-                return;
+                return true;
+            }
+            let exited = self
+                .child
+                .as_mut()
+                .is_some_and(|c| c.try_wait().ok().flatten().is_some());
+            if exited {
+                self.child = None;
+                return false;
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        panic!("redis-server did not start on port {}", self.port);
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        false
     }
 
     pub fn url(&self) -> String {
