@@ -1,6 +1,6 @@
-//! The loadTable and loadView cache. A request arrives with its key, the request the catalog would be sent,
-//! and who is asking under which policy; the cache answers it in one of the phases of
-//! `CachePhase`, read top to bottom in `load`:
+//! The loadTable and loadView cache. A request arrives with its key, the request the catalog
+//! would be sent, and who is asking under which policy; the cache answers it in one of the
+//! phases of `CachePhase`, read top to bottom in `load`:
 //!
 //! - a fresh entry the caller may have: HIT;
 //! - a stale entry within `stale_while_revalidate`: STALE, and one background revalidation;

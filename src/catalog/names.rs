@@ -21,8 +21,8 @@ impl TableId {
 }
 
 /// A table as any spelling of it may name it: no prefix, namespace parts also split on `.`,
-/// everything lower-cased, `+` read as a space. Two distinct tables may share one (then a write to either
-/// invalidates both, which costs a refill, never a stale answer).
+/// everything lower-cased, `+` read as a space. Two distinct tables may share one (then a
+/// write to either invalidates both, which costs a refill, never a stale answer).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct LooseName(Arc<(Vec<String>, String)>);
 
