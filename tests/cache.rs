@@ -8,7 +8,7 @@ use std::time::Duration;
 use reqwest::header::{ETAG, IF_NONE_MATCH};
 use serde_json::{json, Value};
 use support::relay::Relay;
-use support::{catalog, get_json, metric, pyiceberg_async, Api, Icecache};
+use support::{catalog, get_json, metric, pyiceberg_async, x_cache, Api, Icecache};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 struct Setup {
@@ -54,10 +54,6 @@ impl Setup {
             .await
             .unwrap()
     }
-}
-
-fn x_cache(response: &reqwest::Response) -> String {
-    response.headers()["x-cache"].to_str().unwrap().to_owned()
 }
 
 fn etag(response: &reqwest::Response) -> String {

@@ -9,11 +9,9 @@ mod support;
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use support::cluster::{
-    commit, load, standin, version_at, version_within, x_cache, Redis, Tier, TABLE,
-};
+use support::cluster::{commit, load, standin, version_at, version_within, Redis, Tier, TABLE};
 use support::standin::{vended_keys, version_of, Shape, StandIn};
-use support::{catalog, metric, view_body, Api};
+use support::{catalog, metric, view_body, x_cache, Api};
 
 #[tokio::test]
 async fn a_thousand_commits_through_one_replica_are_each_seen_by_the_next_load_on_another() {

@@ -8,22 +8,30 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use serde_json::{json, Value};
+use serde_json::Value;
 use support::cluster::{
-    commit, load, restricted_user, standin, version_at, version_within, x_cache, Redis, Tier, TABLE,
+    commit, load, restricted_user, standin, version_at, version_within, Redis, Tier, TABLE,
 };
-use support::metric;
-use support::standin::Shape;
+use support::standin::{Shape, StandIn};
+use support::{metric, x_cache};
 
-#[tokio::test]
-async fn a_replica_killed_while_holding_the_lease_delays_the_others_by_at_most_the_lease() {
+/// Two replicas with a one-second lease in front of a catalog that answers after `delay`, and
+/// replica A's load of the table under way (A holds the lease while it asks).
+async fn holding_the_lease(
+    delay: Duration,
+) -> (
+    StandIn,
+    Redis,
+    Tier,
+    tokio::task::JoinHandle<reqwest::Result<reqwest::Response>>,
+) {
     let catalog = standin(Shape {
-        delay: Duration::from_millis(1500),
+        delay,
         ..Shape::default()
     })
     .await;
     let redis = Redis::start().await;
-    let mut tier = Tier::start(
+    let tier = Tier::start(
         2,
         &catalog.url,
         &redis,
@@ -38,8 +46,14 @@ async fn a_replica_killed_while_holding_the_lease_delays_the_others_by_at_most_t
     )
     .await;
     let holder = tier.url(0).to_owned();
-    let doomed = tokio::spawn(async move { reqwest::get(format!("{holder}{TABLE}")).await });
+    let load = tokio::spawn(async move { reqwest::get(format!("{holder}{TABLE}")).await });
     tokio::time::sleep(Duration::from_millis(200)).await;
+    (catalog, redis, tier, load)
+}
+
+#[tokio::test]
+async fn a_replica_killed_while_holding_the_lease_delays_the_others_by_at_most_the_lease() {
+    let (_catalog, _redis, mut tier, doomed) = holding_the_lease(Duration::from_millis(1500)).await;
     // The holder dies with the lease; the other replica's load must not wait for it forever.
     let started = Instant::now();
     let other = tier.url(1).to_owned();
@@ -142,13 +156,7 @@ async fn replicas_started_before_redis_serve_loads_through_the_catalog_refuse_wr
     }
     // Writes are refused: the others could never be told of them.
     let version = catalog.version("t");
-    let refused = reqwest::Client::new()
-        .post(format!("{}{TABLE}", a.url))
-        .bearer_auth("alice")
-        .json(&json!({ "requirements": [], "updates": [] }))
-        .send()
-        .await
-        .unwrap();
+    let refused = support::empty_commit(&format!("{}{TABLE}", a.url), "alice").await;
     assert_eq!(refused.status(), 503);
     let body: Value = refused.json().await.unwrap();
     assert_eq!(body["error"]["type"], "ServiceUnavailableException");
@@ -425,29 +433,7 @@ async fn a_redis_that_loses_a_write_is_caught_by_the_writers_next_heartbeat() {
 
 #[tokio::test]
 async fn a_lease_nobody_will_release_holds_fills_back_at_most_once_for_the_lease() {
-    let catalog = standin(Shape {
-        delay: Duration::from_millis(800),
-        ..Shape::default()
-    })
-    .await;
-    let redis = Redis::start().await;
-    let mut tier = Tier::start(
-        2,
-        &catalog.url,
-        &redis,
-        &[
-            "--fresh-for",
-            "1h",
-            "--credentials",
-            "strip",
-            "--cluster-lease",
-            "1s",
-        ],
-    )
-    .await;
-    let holder = tier.url(0).to_owned();
-    let doomed = tokio::spawn(async move { reqwest::get(format!("{holder}{TABLE}")).await });
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    let (_catalog, redis, mut tier, doomed) = holding_the_lease(Duration::from_millis(800)).await;
     let leases = redis.keys_starting("icecache:l:");
     assert_eq!(leases.len(), 1, "A holds the lease while it asks");
     // The holder dies, and its lease is made to outlive it.

@@ -8,13 +8,11 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use serde_json::{json, Value};
-use support::cluster::{
-    commit, load, standin, version_at, version_within, x_cache, Redis, Tier, TABLE,
-};
+use serde_json::Value;
+use support::cluster::{commit, load, standin, version_at, version_within, Redis, Tier, TABLE};
 use support::gate::Gate;
-use support::metric;
 use support::standin::Shape;
+use support::{metric, x_cache};
 
 /// A (through a gate that goes silent) and B (straight to Redis), B holding the table.
 async fn a_behind_a_gate(
@@ -107,13 +105,7 @@ async fn a_replica_out_of_touch_for_the_member_timeout_refuses_writes_then_is_fo
     gate.freeze();
     tokio::time::sleep(Duration::from_millis(5500)).await;
     let before = catalog.version("t");
-    let refused = reqwest::Client::new()
-        .post(format!("{}{TABLE}", tier.url(0)))
-        .bearer_auth("alice")
-        .json(&json!({ "requirements": [], "updates": [] }))
-        .send()
-        .await
-        .unwrap();
+    let refused = support::empty_commit(&format!("{}{TABLE}", tier.url(0)), "alice").await;
     assert_eq!(refused.status(), 503);
     let body: Value = refused.json().await.unwrap();
     assert_eq!(body["error"]["type"], "ServiceUnavailableException");

@@ -5,9 +5,9 @@
 
 mod support;
 
-use serde_json::{json, Value};
+use serde_json::Value;
 use support::standin::{version_of, Shape, StandIn};
-use support::Icecache;
+use support::{empty_commit, Icecache};
 
 const TABLES: &str = "/v1/namespaces/db/tables";
 
@@ -59,13 +59,7 @@ async fn a_load_with_segment_parameters_is_never_cached() {
 async fn a_commit_spelled_with_segment_parameters_is_seen_by_the_next_load() {
     let (_catalog, icecache) = setup(&["t"]).await;
     let before = version(&icecache, &format!("{TABLES}/t")).await;
-    let committed = reqwest::Client::new()
-        .post(format!("{}{TABLES}/t;x=y", icecache.url))
-        .bearer_auth("alice")
-        .json(&json!({ "requirements": [], "updates": [] }))
-        .send()
-        .await
-        .unwrap();
+    let committed = empty_commit(&format!("{}{TABLES}/t;x=y", icecache.url), "alice").await;
     assert_eq!(committed.status(), 200, "the catalog took it for table t");
     let after = version(&icecache, &format!("{TABLES}/t")).await;
     assert_ne!(before, after, "a stale entry survived the commit");
@@ -86,13 +80,7 @@ async fn a_commit_to_the_plus_spelling_invalidates_the_space_spelling() {
     // both, and a commit to one must not leave the other's entry stale.
     let (catalog, icecache) = setup(&["a+b", "a%20b"]).await;
     let before = version(&icecache, &format!("{TABLES}/a%20b")).await;
-    let committed = reqwest::Client::new()
-        .post(format!("{}{TABLES}/a+b", icecache.url))
-        .bearer_auth("alice")
-        .json(&json!({ "requirements": [], "updates": [] }))
-        .send()
-        .await
-        .unwrap();
+    let committed = empty_commit(&format!("{}{TABLES}/a+b", icecache.url), "alice").await;
     assert_eq!(committed.status(), 200);
     catalog.commit_directly("a%20b");
     let after = version(&icecache, &format!("{TABLES}/a%20b")).await;

@@ -6,7 +6,7 @@ mod support;
 use std::time::Duration;
 
 use support::relay::Relay;
-use support::{catalog, metric, unique, Api, Icecache};
+use support::{catalog, metric, unique, x_cache, Api, Icecache};
 
 struct ConfigFile(std::path::PathBuf);
 
@@ -61,10 +61,6 @@ async fn setup(config: &ConfigFile) -> (Relay, Icecache, Api, String) {
         api,
         format!("/namespaces/{namespace}/tables/{table}"),
     )
-}
-
-fn x_cache(response: &reqwest::Response) -> String {
-    response.headers()["x-cache"].to_str().unwrap().to_owned()
 }
 
 #[tokio::test]

@@ -7,7 +7,7 @@ use reqwest::header::{ETAG, IF_NONE_MATCH};
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 use support::relay::Relay;
-use support::{catalog, metric, pyiceberg_async, unique, view_body, Api, Icecache};
+use support::{catalog, metric, pyiceberg_async, unique, view_body, x_cache, Api, Icecache};
 
 struct Setup {
     relay: Relay,
@@ -70,6 +70,16 @@ impl Setup {
             .await
     }
 
+    /// `method` on `path` as another caller, with its own token.
+    async fn send_as(&self, token: &str, method: Method, path: &str) -> reqwest::Response {
+        reqwest::Client::new()
+            .request(method, format!("{}{path}", self.api.base))
+            .bearer_auth(token)
+            .send()
+            .await
+            .unwrap()
+    }
+
     async fn replace(&self, name: &str, k: &str) -> reqwest::Response {
         self.api
             .post(
@@ -93,10 +103,6 @@ async fn another_token(than: &str) -> String {
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
     panic!("the catalog gave the same token for three seconds");
-}
-
-fn x_cache(response: &reqwest::Response) -> String {
-    response.headers()["x-cache"].to_str().unwrap().to_owned()
 }
 
 async fn property(response: reqwest::Response) -> String {
@@ -296,12 +302,7 @@ async fn under_per_principal_another_callers_entry_does_not_answer_head() {
     let s = Setup::new(&["--fresh-for", "1h", "--identity", "per-principal"]).await;
     assert_eq!(s.get(&s.table("t")).await.status(), 200);
     let other = another_token(&s.api.token).await;
-    let head = reqwest::Client::new()
-        .head(format!("{}{}", s.api.base, s.table("t")))
-        .bearer_auth(&other)
-        .send()
-        .await
-        .unwrap();
+    let head = s.send_as(&other, Method::HEAD, &s.table("t")).await;
     assert_eq!(head.status(), StatusCode::NO_CONTENT);
     assert_eq!(x_cache(&head), "BYPASS");
     assert_eq!(s.upstream("HEAD", "/tables/t"), 1);
@@ -320,29 +321,17 @@ async fn under_revalidate_head_is_answered_only_for_a_confirmed_caller() {
     .await;
     assert_eq!(s.get(&s.table("t")).await.status(), 200);
     let other = another_token(&s.api.token).await;
-    let head = |token: String| {
-        let url = format!("{}{}", s.api.base, s.table("t"));
-        async move {
-            reqwest::Client::new()
-                .head(url)
-                .bearer_auth(token)
-                .send()
-                .await
-                .unwrap()
-        }
-    };
+    let table = s.table("t");
     // Not yet confirmed for the entry: the catalog is asked.
-    assert_eq!(x_cache(&head(other.clone()).await), "BYPASS");
-    assert_eq!(x_cache(&head(s.api.token.clone()).await), "HIT");
+    let head = s.send_as(&other, Method::HEAD, &table).await;
+    assert_eq!(x_cache(&head), "BYPASS");
+    let head = s.send_as(&s.api.token, Method::HEAD, &table).await;
+    assert_eq!(x_cache(&head), "HIT");
     // Once the other caller's own load is confirmed, its checks are answered here too.
-    let load = reqwest::Client::new()
-        .get(format!("{}{}", s.api.base, s.table("t")))
-        .bearer_auth(&other)
-        .send()
-        .await
-        .unwrap();
+    let load = s.send_as(&other, Method::GET, &table).await;
     assert_eq!(load.status(), 200);
-    assert_eq!(x_cache(&head(other).await), "HIT");
+    let head = s.send_as(&other, Method::HEAD, &table).await;
+    assert_eq!(x_cache(&head), "HIT");
     assert_eq!(s.upstream("HEAD", "/tables/t"), 1);
 }
 

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 use support::relay::Relay;
-use support::{catalog, metric, Api, Icecache, PREFIX};
+use support::{catalog, metric, x_cache, Api, Icecache, PREFIX};
 
 struct Setup {
     relay: Relay,
@@ -45,10 +45,6 @@ impl Setup {
         let body: Value = self.load(name).await.json().await.unwrap();
         body["metadata"]["properties"][key].clone()
     }
-}
-
-fn x_cache(response: &reqwest::Response) -> String {
-    response.headers()["x-cache"].to_str().unwrap().to_owned()
 }
 
 fn set_property(key: &str, value: &str) -> Value {

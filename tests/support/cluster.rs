@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use super::standin::{version_of, Shape, StandIn};
 use super::{free_port, unique, Icecache};
@@ -313,19 +313,9 @@ pub async fn version_at(url: &str) -> u64 {
 }
 
 pub async fn commit(url: &str) -> u64 {
-    let response = reqwest::Client::new()
-        .post(format!("{url}{TABLE}"))
-        .bearer_auth("alice")
-        .json(&json!({ "requirements": [], "updates": [] }))
-        .send()
-        .await
-        .unwrap();
+    let response = super::empty_commit(&format!("{url}{TABLE}"), "alice").await;
     assert_eq!(response.status(), 200);
     version_of(&response.json::<Value>().await.unwrap()).unwrap()
-}
-
-pub fn x_cache(response: &reqwest::Response) -> String {
-    response.headers()["x-cache"].to_str().unwrap().to_owned()
 }
 
 /// The least a replica's Redis user needs, as the README gives it.

@@ -16,6 +16,22 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
+/// The `x-cache` header of an answer (how icecache produced it).
+pub fn x_cache(response: &reqwest::Response) -> String {
+    response.headers()["x-cache"].to_str().unwrap().to_owned()
+}
+
+/// An empty commit (no requirements, no updates) sent as `caller` to a table's URL.
+pub async fn empty_commit(table_url: &str, caller: &str) -> reqwest::Response {
+    reqwest::Client::new()
+        .post(table_url)
+        .bearer_auth(caller)
+        .json(&json!({ "requirements": [], "updates": [] }))
+        .send()
+        .await
+        .expect("the commit is sent")
+}
+
 /// The SeaweedFS Iceberg REST catalog started by `scripts/test.sh`.
 pub fn catalog() -> String {
     std::env::var("ICECACHE_TEST_CATALOG").unwrap_or_else(|_| {
