@@ -345,23 +345,15 @@ impl Cluster {
             return None;
         }
         let name = self.names.shared(identity);
-        let mut connection = self.connection.clone();
-        self.metrics.cluster_redis("shared_get");
-        let value = tokio::time::timeout(
-            self.settings.redis_timeout,
-            redis::cmd("GET")
-                .arg(&name)
-                .query_async::<Option<Vec<u8>>>(&mut connection),
-        )
-        .await;
-        let value = match value {
-            Ok(Ok(value)) => value,
-            _ => {
-                self.health
-                    .down(&self.metrics, "reading a shared entry failed");
-                return None;
-            }
-        };
+        let mut get = redis::cmd("GET");
+        get.arg(&name);
+        let value = self
+            .round_trip(
+                "shared_get",
+                "reading a shared entry failed",
+                |mut c| async move { get.query_async::<Option<Vec<u8>>>(&mut c).await },
+            )
+            .await?;
         let Some(value) = value else {
             self.metrics.cluster_shared("miss");
             return None;
@@ -390,22 +382,18 @@ impl Cluster {
         }
         let name = self.names.shared(identity);
         let value = entry.encode(&self.mac_key, &name);
-        let mut connection = self.connection.clone();
-        self.metrics.cluster_redis("shared_put");
         let millis = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1);
-        let stored = tokio::time::timeout(
-            self.settings.redis_timeout,
-            redis::cmd("SET")
-                .arg(&name)
-                .arg(value)
-                .arg("PX")
-                .arg(millis)
-                .query_async::<()>(&mut connection),
-        )
-        .await;
-        match stored {
-            Ok(Ok(())) => self.metrics.cluster_shared("stored"),
-            _ => self.health.down(&self.metrics, "sharing an entry failed"),
+        let mut set = redis::cmd("SET");
+        set.arg(&name).arg(value).arg("PX").arg(millis);
+        let stored = self
+            .round_trip(
+                "shared_put",
+                "sharing an entry failed",
+                |mut c| async move { set.query_async::<()>(&mut c).await },
+            )
+            .await;
+        if stored.is_some() {
+            self.metrics.cluster_shared("stored");
         }
     }
 
@@ -414,8 +402,6 @@ impl Cluster {
         if self.health.is_degraded() {
             return Lease::Unavailable;
         }
-        let mut connection = self.connection.clone();
-        self.metrics.cluster_redis("lease");
         let millis = u64::try_from(self.settings.lease.as_millis()).unwrap_or(u64::MAX);
         let name = self.names.lease(identity);
         // A lease key without an expiry (a PERSIST, a restore) would hold every fill of this
@@ -432,18 +418,15 @@ impl Cluster {
             .arg(millis)
             .arg("NX")
             .ignore();
-        let taken = tokio::time::timeout(
-            self.settings.redis_timeout,
-            pipe.query_async::<(Option<String>,)>(&mut connection),
-        )
-        .await;
+        let taken = self
+            .round_trip("lease", "taking a lease failed", |mut c| async move {
+                pipe.query_async::<(Option<String>,)>(&mut c).await
+            })
+            .await;
         match taken {
-            Ok(Ok((Some(_),))) => Lease::Won,
-            Ok(Ok((None,))) => Lease::Held,
-            _ => {
-                self.health.down(&self.metrics, "taking a lease failed");
-                Lease::Unavailable
-            }
+            Some((Some(_),)) => Lease::Won,
+            Some((None,)) => Lease::Held,
+            None => Lease::Unavailable,
         }
     }
 
@@ -452,16 +435,34 @@ impl Cluster {
         if self.health.is_degraded() {
             return;
         }
-        let mut connection = self.connection.clone();
-        self.metrics.cluster_redis("release");
         let mut invocation = self.release.key(self.names.lease(identity));
         invocation.arg(&self.replica);
-        let released = invocation.invoke_async::<i64>(&mut connection);
-        if !matches!(
-            tokio::time::timeout(self.settings.redis_timeout, released).await,
-            Ok(Ok(_))
-        ) {
-            self.health.down(&self.metrics, "releasing a lease failed");
+        self.round_trip("release", "releasing a lease failed", |mut c| async move {
+            invocation.invoke_async::<i64>(&mut c).await
+        })
+        .await;
+    }
+
+    /// One Redis round trip, counted under `kind` and bounded by `redis_timeout`. A failure or
+    /// a timeout marks Redis down (`failing` says what failed) and answers None.
+    async fn round_trip<T, F>(
+        &self,
+        kind: &'static str,
+        failing: &'static str,
+        ask: impl FnOnce(ConnectionManager) -> F,
+    ) -> Option<T>
+    where
+        F: std::future::Future<Output = redis::RedisResult<T>>,
+    {
+        self.metrics.cluster_redis(kind);
+        let answer =
+            tokio::time::timeout(self.settings.redis_timeout, ask(self.connection.clone())).await;
+        match answer {
+            Ok(Ok(value)) => Some(value),
+            _ => {
+                self.health.down(&self.metrics, failing);
+                None
+            }
         }
     }
 
