@@ -13,6 +13,7 @@ pub mod catalog;
 pub mod cluster;
 pub mod config;
 pub mod error;
+pub mod events;
 #[doc(hidden)]
 pub mod fuzz_targets;
 pub mod listener;

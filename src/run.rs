@@ -16,6 +16,7 @@ use tower_http::sensitive_headers::SetSensitiveRequestHeadersLayer;
 use crate::cache::Cache;
 use crate::cluster::Cluster;
 use crate::config::{self, RawSettings, Settings};
+use crate::events::{self, Liveness, SourceId};
 use crate::listener::server::{self, Limits};
 use crate::listener::{header_case, tls};
 use crate::ops::access_log::AccessLogLayer;
@@ -123,6 +124,14 @@ pub async fn run(
         (Some(cluster), true) => Some(Cluster::start(cluster.clone(), metrics.clone())?),
         _ => None,
     };
+    let mut sources = Vec::new();
+    if settings.events.seaweedfs_token.is_some() {
+        sources.push(SourceId::SeaweedFs);
+    }
+    if settings.events.nats.is_some() {
+        sources.push(SourceId::Nats);
+    }
+    let liveness = Arc::new(Liveness::new(&sources, metrics.clone()));
     let cache = settings.cache.enabled.then(|| {
         Cache::new(
             &settings,
@@ -130,6 +139,7 @@ pub async fn run(
             cluster.clone(),
             metrics.clone(),
             case.clone(),
+            liveness.clone(),
         )
     });
     if let (Some(cluster), Some(cache)) = (&cluster, &cache) {
@@ -149,8 +159,23 @@ pub async fn run(
         upstream = %settings.upstream,
         "icecache started"
     );
+    if let Some(nats) = settings.events.nats.clone() {
+        let subscriber = events::nats::Subscriber {
+            settings: nats,
+            liveness: liveness.clone(),
+            metrics: metrics.clone(),
+            apply: apply_events(cache.clone(), metrics.clone(), "nats"),
+        };
+        tokio::spawn(subscriber.run(shutdown.clone()));
+    }
+    // The webhook's receiver is the admin listener, bound above: nothing is missed from here.
+    if settings.events.seaweedfs_token.is_some() {
+        liveness.up(SourceId::SeaweedFs);
+    }
     let workers = settings.workers;
-    let state = Arc::new(State::new(settings, origin, cache, metrics, identity, case));
+    let state = Arc::new(State::new(
+        settings, origin, cache, metrics, identity, case, liveness,
+    ));
     if let Some(reload) = reload {
         tokio::spawn(reload_on_sighup(state.clone(), reload, shutdown.clone()));
     }
@@ -269,6 +294,21 @@ fn reload_now(state: &State, reload: &Reload) {
     }
     state.metrics.reload("applied");
     tracing::info!("configuration reloaded");
+}
+
+/// How a source's changes reach the cache: invalidated here and across the tier, counted.
+fn apply_events(cache: Option<Arc<Cache>>, metrics: Arc<Metrics>, source: &'static str) -> events::Apply {
+    Arc::new(move |change: events::Change| {
+        let (cache, metrics) = (cache.clone(), metrics.clone());
+        Box::pin(async move {
+            let Some(cache) = cache else { return 0 };
+            let removed = cache
+                .invalidate_in_everywhere(&change.prefixes, &change.touched, "event")
+                .await;
+            metrics.events.invalidated(source, removed);
+            removed
+        })
+    })
 }
 
 fn bind_error(what: &'static str, addr: SocketAddr, source: std::io::Error) -> RunError {

@@ -10,6 +10,7 @@ use http::Extensions;
 use crate::cache::Cache;
 use crate::catalog::config_rewrite::Separator;
 use crate::config::Settings;
+use crate::events::Liveness;
 use crate::ops::metrics::Metrics;
 use crate::origin::Origin;
 use crate::policy::identity::IdentityHasher;
@@ -23,6 +24,8 @@ pub struct State {
     pub identity: IdentityHasher,
     /// Set on every response icecache builds, so HTTP/1.1 writes `ETag` in that case.
     pub case: Extensions,
+    /// Whether the catalog's change events are arriving.
+    pub events: Arc<Liveness>,
 }
 
 impl State {
@@ -33,6 +36,7 @@ impl State {
         metrics: Arc<Metrics>,
         identity: IdentityHasher,
         case: Extensions,
+        events: Arc<Liveness>,
     ) -> State {
         State {
             separator: Separator::new(&settings.namespace_separator),
@@ -42,6 +46,7 @@ impl State {
             metrics,
             identity,
             case,
+            events,
         }
     }
 

@@ -22,7 +22,7 @@ impl Cache {
             form: ask.key.form,
             request: ask.request.clone(),
             stale: Some(entry.clone()),
-            ticket: Some(self.store.ticket(&ask.key)),
+            ticket: Some(self.store.ticket(&ask.key, self.events.stamp())),
             policy: ask.caller.policy.clone(),
             leader: ask.caller.scope,
             settings: ask.settings.clone(),

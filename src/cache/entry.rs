@@ -4,6 +4,7 @@
 //! fetched or confirmed, the table generation and policy generation it was filled under, and
 //! until when its credentials may be handed out.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -77,9 +78,15 @@ impl Content {
 
 /// Per-entry state shared with the table's other entries: its generation moves on every write
 /// or purge that touches the table, and the keys of its entries, so an invalidation finds them.
+/// A catalog event names one warehouse: it moves the generation of that prefix only (and of
+/// paths without a prefix, which a catalog may serve from any), so the same table of another
+/// warehouse keeps its entries.
 #[derive(Debug, Default)]
 pub struct TableState {
     generation: AtomicU64,
+    /// Moves with every prefix generation: while it has not, a ticket need not read them.
+    scoped: AtomicU64,
+    prefixes: Mutex<HashMap<String, u64>>,
     keys: Mutex<std::collections::HashSet<CacheKey>>,
 }
 
@@ -92,6 +99,24 @@ impl TableState {
         self.generation.fetch_add(1, Ordering::AcqRel);
     }
 
+    /// Moves the generation of `prefix` (lower-cased) and of paths without one.
+    pub fn bump_prefix(&self, prefix: &str) {
+        let mut prefixes = self.prefixes();
+        for scope in [prefix, NO_PREFIX] {
+            *prefixes.entry(scope.to_owned()).or_default() += 1;
+        }
+        self.scoped.fetch_add(1, Ordering::AcqRel);
+    }
+
+    fn prefix_generation(&self, prefix: &str) -> u64 {
+        self.prefixes().get(prefix).copied().unwrap_or(0)
+    }
+
+    fn prefixes(&self) -> MutexGuard<'_, HashMap<String, u64>> {
+        // One insert or read at a time: a poisoned lock is still sound.
+        self.prefixes.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     pub fn keys(&self) -> MutexGuard<'_, std::collections::HashSet<CacheKey>> {
         // Every use is a single call on the set, which a panic cannot leave half done: a
         // poisoned lock is still sound.
@@ -99,17 +124,44 @@ impl TableState {
     }
 }
 
+/// The scope of paths without a prefix in `TableState::prefixes`.
+const NO_PREFIX: &str = "";
+
 /// What a fill holds while it asks the catalog: its table's state as it was before the
-/// request. An answer is current only while the generation has not moved.
+/// request. An answer is current only while the generation has not moved, nor the generation
+/// of its prefix.
 #[derive(Debug, Clone)]
 pub struct FillTicket {
     pub table: Arc<TableState>,
     pub generation: u64,
+    scoped: u64,
+    /// The key's prefix, lower-cased (empty: none), and its generation then.
+    prefix: Arc<str>,
+    prefix_generation: u64,
+    /// The events epoch it was taken in, if every event source was live then: the entry may
+    /// be served for `events.fresh_for` while that epoch lasts.
+    pub events: Option<u64>,
 }
 
 impl FillTicket {
+    pub fn new(table: Arc<TableState>, prefix: Option<&str>, events: Option<u64>) -> FillTicket {
+        let prefix: Arc<str> = prefix.map_or(NO_PREFIX.into(), |p| p.to_lowercase().into());
+        // The scoped count first: a bump between the two reads then shows as a move.
+        let scoped = table.scoped.load(Ordering::Acquire);
+        FillTicket {
+            generation: table.generation(),
+            prefix_generation: table.prefix_generation(&prefix),
+            scoped,
+            prefix,
+            events,
+            table,
+        }
+    }
+
     pub fn is_current(&self) -> bool {
         self.table.generation() == self.generation
+            && (self.table.scoped.load(Ordering::Acquire) == self.scoped
+                || self.table.prefix_generation(&self.prefix) == self.prefix_generation)
     }
 }
 

@@ -36,7 +36,7 @@ impl Cache {
                 Coordination::AskCatalog => false,
             };
             trusted
-                && now < entry.fresh_until(ask.settings.cache.fresh_for)
+                && now < self.fresh_until(&entry, &ask.settings)
                 && entry.content.vary.matches(&ask.request.headers)
                 && (ask.caller.policy.identity != Identity::Revalidate
                     || self

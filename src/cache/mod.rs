@@ -19,6 +19,7 @@ mod confirmations;
 mod entry;
 mod exists;
 mod fill;
+mod invalidate;
 mod key;
 pub mod phase;
 mod respond;
@@ -39,10 +40,9 @@ pub use key::{CacheKey, Form};
 pub use phase::{CachePhase, NoCacheReason};
 pub use respond::{mark, X_CACHE};
 
-use crate::catalog::names::LooseName;
-use crate::catalog::writes::Touched;
 use crate::cluster::{Cluster, Tokens};
 use crate::config::Settings;
+use crate::events::Liveness;
 use crate::ops::metrics::Metrics;
 use crate::origin::{Origin, OriginError, OriginRequest};
 use crate::policy::identity::Scope;
@@ -156,6 +156,8 @@ pub struct Cache {
     metrics: Arc<Metrics>,
     /// Set on every response so that HTTP/1.1 writes `ETag` in that case.
     case: Extensions,
+    /// Whether the catalog's change events are arriving (the long freshness window).
+    events: Arc<Liveness>,
 }
 
 /// How many times a request asks again after the fill it waited for was abandoned.
@@ -170,13 +172,15 @@ impl Cache {
         cluster: Option<Arc<Cluster>>,
         metrics: Arc<Metrics>,
         case: Extensions,
+        events: Arc<Liveness>,
     ) -> Arc<Self> {
         let cache = &settings.cache;
+        let fresh_for = settings.events.fresh_for.unwrap_or_default().max(cache.fresh_for);
         metrics
             .cache_max_bytes
             .set(i64::try_from(cache.max_bytes).unwrap_or(i64::MAX));
         // Reloads may lengthen the stale windows: keep entries at least ten minutes.
-        let retain_for = (cache.fresh_for + cache.stale_while_revalidate.max(cache.stale_if_error))
+        let retain_for = (fresh_for + cache.stale_while_revalidate.max(cache.stale_if_error))
             .max(Duration::from_secs(600));
         // Confirmations under `revalidate` get a thirty-second of the bound, the entries the rest.
         let confirmations_bytes = cache.max_bytes / 32;
@@ -194,6 +198,7 @@ impl Cache {
             origin,
             metrics,
             case,
+            events,
         })
     }
 
@@ -220,7 +225,7 @@ impl Cache {
                 held.filter(|_| catalog_failed && ask.coordination == Coordination::AskCatalog)
             {
                 // Redis and the catalog both down: the last entry, within stale_if_error.
-                if now.saturating_duration_since(stale.fresh_until(ask.settings.cache.fresh_for))
+                if now.saturating_duration_since(self.fresh_until(&stale, &ask.settings))
                     < ask.settings.cache.stale_if_error
                     && stale.credentials_servable(now)
                 {
@@ -238,7 +243,7 @@ impl Cache {
             return Box::pin(self.answer(&ask, &outcome, phase)).await;
         };
         let windows = &ask.settings.cache;
-        let fresh_until = entry.fresh_until(windows.fresh_for);
+        let fresh_until = self.fresh_until(&entry, &ask.settings);
         if now < fresh_until {
             return self.deliver(&ask, &entry, CachePhase::Hit).await;
         }
@@ -355,7 +360,7 @@ impl Cache {
         self.inflight.join_or_lead(
             &ask.key,
             || FillMeta {
-                ticket: self.store.ticket(&ask.key),
+                ticket: self.store.ticket(&ask.key, self.events.stamp()),
                 policy_generation: generation,
                 remote: remote.cloned(),
                 asked: Arc::default(),
@@ -512,43 +517,18 @@ impl Cache {
         })
     }
 
-    /// Invalidates what a write touched, here and (before returning) in every replica of the
-    /// tier; returns how many entries went here.
-    pub async fn invalidate_everywhere(&self, touched: &Touched, reason: &str) -> usize {
-        let removed = self.invalidate(touched, reason);
-        if let Some(cluster) = &self.cluster {
-            cluster.announce(touched).await;
-        }
-        removed
-    }
-
-    /// Invalidates what a write touched in this replica; returns how many entries went.
-    pub fn invalidate(&self, touched: &Touched, reason: &str) -> usize {
-        let removed = match touched {
-            Touched::Tables(tables) => tables.iter().map(|t| self.store.invalidate(t)).sum(),
-            Touched::Namespace(namespace) => self.store.invalidate_where(|t| t.is_in(namespace)),
-            Touched::Everything => self.store.invalidate_where(|_| true),
-            Touched::Nothing => return 0,
+    /// Until when an entry is served without asking the catalog: `events.fresh_for` while every
+    /// event source has been live since its fill began (and the tier, if any, is trusted, so
+    /// that events other replicas received reach this one), else `cache.fresh_for`.
+    fn fresh_until(&self, entry: &Entry, settings: &Settings) -> Instant {
+        let plain = entry.fresh_until(settings.cache.fresh_for);
+        let Some(long) = settings.events.fresh_for.filter(|_| {
+            entry.ticket.events.is_some_and(|stamp| self.events.is_current(stamp))
+                && self.cluster.as_ref().is_none_or(|c| !c.distrusts_tier())
+        }) else {
+            return plain;
         };
-        self.metrics.invalidation(reason);
-        removed
-    }
-
-    /// `POST /cache/purge`: one table, one namespace, or everything, in every replica; the
-    /// prefix, being one of the spellings a catalog may ignore, does not narrow it.
-    pub async fn purge(&self, namespace: Option<&[String]>, table: Option<&str>) -> usize {
-        let touched = match (namespace, table) {
-            (Some(namespace), Some(table))
-                if !crate::catalog::names::loose_namespace(namespace).is_empty() =>
-            {
-                Touched::Tables(vec![LooseName::new(namespace, table)])
-            }
-            (Some(namespace), None) => {
-                Touched::namespace(crate::catalog::names::loose_namespace(namespace))
-            }
-            _ => Touched::Everything,
-        };
-        self.invalidate_everywhere(&touched, "purge").await
+        entry.fresh_until(long).max(plain)
     }
 
     /// Entry count and weighted bytes (confirmations included), also written to the gauges.

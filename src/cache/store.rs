@@ -62,13 +62,11 @@ impl Store {
             .filter(|entry| entry.policy_generation == policy_generation && entry.is_current(now))
     }
 
-    /// The ticket of a fill (or an authorization check) about to ask the catalog.
-    pub fn ticket(&self, key: &CacheKey) -> FillTicket {
+    /// The ticket of a fill (or an authorization check) about to ask the catalog, in events
+    /// epoch `events` (None: some event source is not live).
+    pub fn ticket(&self, key: &CacheKey, events: Option<u64>) -> FillTicket {
         let state = self.tables.entry(key.table.loose()).or_default().clone();
-        FillTicket {
-            generation: state.generation(),
-            table: state,
-        }
+        FillTicket::new(state, key.table.prefix.as_deref(), events)
     }
 
     /// Stores an entry unless its table was invalidated since its ticket was taken. Returns
@@ -123,13 +121,52 @@ impl Store {
     /// Invalidates every table that `matches`. Walks the index, which holds exactly the
     /// tables with entries or fills in flight.
     pub fn invalidate_where(&self, matches: impl Fn(&LooseName) -> bool) -> usize {
-        let tables: Vec<LooseName> = self
-            .tables
+        let tables = self.tables_where(matches);
+        tables.iter().map(|t| self.invalidate(t)).sum()
+    }
+
+    fn tables_where(&self, matches: impl Fn(&LooseName) -> bool) -> Vec<LooseName> {
+        self.tables
             .iter()
             .filter(|t| matches(t.key()))
             .map(|t| t.key().clone())
-            .collect();
-        tables.iter().map(|t| self.invalidate(t)).sum()
+            .collect()
+    }
+
+    /// Invalidates the entries of one (loose) table under one prefix (and under no prefix):
+    /// what a catalog's event for one warehouse reaches. Returns how many were removed.
+    pub fn invalidate_in(&self, prefix: &str, table: &LooseName) -> usize {
+        let Some(state) = self.tables.get(table).map(|s| s.value().clone()) else {
+            return 0;
+        };
+        let prefix = prefix.to_lowercase();
+        state.bump_prefix(&prefix);
+        let reached = |key: &CacheKey| {
+            key.table
+                .prefix
+                .as_deref()
+                .is_none_or(|p| p.to_lowercase() == prefix)
+        };
+        let keys: Vec<CacheKey> = {
+            let mut keys = state.keys();
+            let matching: Vec<CacheKey> = keys.iter().filter(|k| reached(k)).cloned().collect();
+            for key in &matching {
+                keys.remove(key);
+            }
+            matching
+        };
+        for key in &keys {
+            self.entries.invalidate(key);
+        }
+        drop(state);
+        self.prune(table);
+        keys.len()
+    }
+
+    /// `invalidate_in` for every table that `matches`.
+    pub fn invalidate_in_where(&self, prefix: &str, matches: impl Fn(&LooseName) -> bool) -> usize {
+        let tables = self.tables_where(matches);
+        tables.iter().map(|t| self.invalidate_in(prefix, t)).sum()
     }
 
     /// Entry count and weighted bytes, after moka has applied pending evictions.

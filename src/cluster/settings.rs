@@ -75,14 +75,7 @@ pub struct RedisUrl(pub String);
 impl RedisUrl {
     /// The URL without its user, password or query (a password may also be given as one).
     pub fn shown(&self) -> String {
-        let Some((scheme, rest)) = self.0.split_once("://") else {
-            return "(not a URL)".to_owned();
-        };
-        let rest = rest.split(['?', '#']).next().unwrap_or("");
-        match rest.rfind('@') {
-            Some(at) => format!("{scheme}://…@{}", &rest[at + 1..]),
-            None => format!("{scheme}://{rest}"),
-        }
+        crate::config::units::shown_url(&self.0)
     }
 
     /// Whether it names a Redis over TCP (`redis://`) or TLS (`rediss://`), the two forms

@@ -176,6 +176,59 @@ pub struct RawSettings {
     #[command(flatten)]
     #[serde(default)]
     pub cluster: RawCluster,
+
+    /// Catalog change events; the config file's `[events]` table.
+    #[command(flatten)]
+    #[serde(default)]
+    pub events: RawEvents,
+}
+
+#[derive(Debug, Default, Clone, Args, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawEvents {
+    /// How long an entry is served without asking the catalog while its event sources are
+    /// live and have been since it was filled (e.g. 300s); otherwise cache.fresh_for applies.
+    /// [default: cache.fresh_for] [key: events.fresh_for]
+    #[arg(id = "events_fresh_for", long = "events-fresh-for", env = "ICECACHE_EVENTS_FRESH_FOR")]
+    pub fresh_for: Option<String>,
+
+    /// File holding the bearer token SeaweedFS's filer webhook sends; enables
+    /// `POST /events/seaweedfs` on the admin listener. [key: events.seaweedfs_token_file]
+    #[arg(
+        long = "events-seaweedfs-token-file",
+        env = "ICECACHE_EVENTS_SEAWEEDFS_TOKEN_FILE"
+    )]
+    pub seaweedfs_token_file: Option<PathBuf>,
+
+    /// NATS server Lakekeeper publishes its CloudEvents to (nats://host:4222).
+    /// [key: events.nats_url]
+    #[arg(
+        long = "events-nats-url",
+        env = "ICECACHE_EVENTS_NATS_URL",
+        hide_env_values = true
+    )]
+    pub nats_url: Option<String>,
+
+    /// The subject Lakekeeper publishes to (LAKEKEEPER__NATS_TOPIC); required with nats_url.
+    /// [key: events.nats_subject]
+    #[arg(long = "events-nats-subject", env = "ICECACHE_EVENTS_NATS_SUBJECT")]
+    pub nats_subject: Option<String>,
+
+    /// A JetStream stream holding nats_subject: events are read through a durable consumer
+    /// and replayed from its cursor after a restart or disconnect (created if missing).
+    /// [key: events.nats_stream]
+    #[arg(long = "events-nats-stream", env = "ICECACHE_EVENTS_NATS_STREAM")]
+    pub nats_stream: Option<String>,
+
+    /// The durable consumer's name on nats_stream. [default: icecache]
+    /// [key: events.nats_consumer]
+    #[arg(long = "events-nats-consumer", env = "ICECACHE_EVENTS_NATS_CONSUMER")]
+    pub nats_consumer: Option<String>,
+
+    /// The REST prefix of a Lakekeeper warehouse, from its id. [default: {warehouse_id}]
+    /// [key: events.prefix_template]
+    #[arg(long = "events-prefix-template", env = "ICECACHE_EVENTS_PREFIX_TEMPLATE")]
+    pub prefix_template: Option<String>,
 }
 
 #[derive(Debug, Default, Clone, Args, Deserialize)]
@@ -370,6 +423,20 @@ impl RawSettings {
                 key_prefix
             }
         );
+        let (over_events, under_events) = (over.events, under.events);
+        let events = overlay!(
+            over_events,
+            under_events,
+            RawEvents {
+                fresh_for,
+                seaweedfs_token_file,
+                nats_url,
+                nats_subject,
+                nats_stream,
+                nats_consumer,
+                prefix_template
+            }
+        );
         let (over_cache, under_cache) = (over.cache, under.cache);
         let cache = overlay!(
             over_cache,
@@ -421,7 +488,8 @@ impl RawSettings {
                 upstream_client_key
             },
             cache,
-            cluster
+            cluster,
+            events
         )
     }
 
@@ -455,7 +523,7 @@ fn setting_errors(table: &toml::Table) -> (Vec<ConfigError>, Vec<(String, Option
     };
     for (key, value) in table {
         match (key.as_str(), value) {
-            ("cache" | "cluster" | "inject" | "prefixes", toml::Value::Table(inner)) => {
+            ("cache" | "cluster" | "events" | "inject" | "prefixes", toml::Value::Table(inner)) => {
                 for (sub, inner_value) in inner {
                     let nested: toml::Table =
                         [(sub.clone(), inner_value.clone())].into_iter().collect();

@@ -16,10 +16,11 @@ use http::HeaderName;
 use thiserror::Error;
 
 pub use cli::{parse, Cli, Command, Parsed};
-pub use file::{RawCache, RawCluster, RawSettings};
+pub use file::{RawCache, RawCluster, RawEvents, RawSettings};
 pub use validate::ConfigErrors;
 
 use crate::cluster::settings::{self as cluster, ClusterSettings};
+use crate::events::settings::{self as events, EventsSettings};
 use crate::listener::tls::{ListenerTls, UpstreamTls};
 use crate::ops::logging::LogFormat;
 use crate::origin::UpstreamUrl;
@@ -122,6 +123,15 @@ pub fn documented_defaults() -> Vec<(&'static str, String)> {
             show_duration(cluster::DEFAULT_REDIS_TIMEOUT),
         ),
         ("cluster.key_prefix", cluster::DEFAULT_KEY_PREFIX.to_owned()),
+        ("events.fresh_for", "cache.fresh_for".to_owned()),
+        (
+            "events.nats_consumer",
+            events::DEFAULT_NATS_CONSUMER.to_owned(),
+        ),
+        (
+            "events.prefix_template",
+            events::DEFAULT_PREFIX_TEMPLATE.to_owned(),
+        ),
     ]
 }
 
@@ -203,6 +213,7 @@ pub struct Settings {
     pub cache: CacheSettings,
     /// Several replicas on Redis; None: a single-process cache.
     pub cluster: Option<ClusterSettings>,
+    pub events: EventsSettings,
 }
 
 /// The settings a run uses: the raw command-line layer over the file it names, validated.
@@ -260,6 +271,8 @@ impl Settings {
             cache.enabled => "cache.enabled",
             cache.max_bytes => "cache.max_bytes",
             cluster => "cluster.*",
+            events.seaweedfs_token => "events.seaweedfs_token_file",
+            events.nats => "events.nats_*/events.prefix_template",
         }
         (new, kept)
     }
@@ -355,7 +368,41 @@ impl Settings {
                 lines.push(format!("cluster.key_prefix = {}", c.key_prefix));
             }
         }
+        lines.extend(self.describe_events());
         lines.join("\n") + "\n"
+    }
+}
+
+impl Settings {
+    fn describe_events(&self) -> Vec<String> {
+        let e = &self.events;
+        let mut lines = vec![format!(
+            "events.fresh_for = {}",
+            e.fresh_for
+                .map_or("(cache.fresh_for)".to_owned(), show_duration)
+        )];
+        lines.push(format!(
+            "events.seaweedfs = {}",
+            if e.seaweedfs_token.is_some() {
+                "POST /events/seaweedfs on the admin listener (token read)"
+            } else {
+                "(off)"
+            }
+        ));
+        match &e.nats {
+            None => lines.push("events.nats = (off)".to_owned()),
+            Some(n) => {
+                lines.push(format!("events.nats_url = {}", units::shown_url(&n.url)));
+                lines.push(format!("events.nats_subject = {}", n.subject));
+                lines.push(format!(
+                    "events.nats_stream = {}",
+                    n.stream.as_deref().unwrap_or("(plain subscription)")
+                ));
+                lines.push(format!("events.nats_consumer = {}", n.consumer));
+                lines.push(format!("events.prefix_template = {}", n.prefix_template));
+            }
+        }
+        lines
     }
 }
 

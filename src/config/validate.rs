@@ -25,6 +25,7 @@ use crate::policy::identity::identity_headers;
 use crate::policy::{self, KeyPatterns, PolicySettings};
 
 mod cluster;
+mod events;
 
 /// Everything wrong with a configuration.
 #[derive(Debug)]
@@ -256,6 +257,13 @@ impl TryFrom<RawSettings> for Settings {
         let upstream_tls = upstream_tls(&raw, upstream.as_ref(), &mut p);
         let cache = cache(&raw.cache, &mut p);
         let cluster = cluster::settings(&raw.cluster, &mut p);
+        let events = events::settings(&raw.events, &mut p);
+        if events.fresh_for.is_some_and(|f| f < cache.fresh_for) {
+            p.add(
+                "events.fresh_for",
+                "must be at least cache.fresh_for (events lengthen freshness, never shorten it)",
+            );
+        }
         match (upstream, policies) {
             (Some(upstream), Some(policies)) if p.0.is_empty() => Ok(Settings {
                 upstream,
@@ -281,6 +289,7 @@ impl TryFrom<RawSettings> for Settings {
                 authz_ttl,
                 cache,
                 cluster,
+                events,
             }),
             _ => Err(ConfigErrors(p.0)),
         }

@@ -12,8 +12,15 @@ use crate::error::iceberg_error;
 use crate::state::State;
 use crate::wire::body::{empty, full, Body};
 
-pub async fn handle<B>(state: Arc<State>, request: Request<B>) -> Response<Body> {
+pub async fn handle<B>(state: Arc<State>, request: Request<B>) -> Response<Body>
+where
+    B: http_body::Body<Data = bytes::Bytes> + Send + 'static,
+    B::Error: Into<crate::wire::body::BoxError>,
+{
     match (request.method(), request.uri().path()) {
+        (&Method::POST, "/events/seaweedfs") if state.settings().events.seaweedfs_token.is_some() => {
+            seaweedfs_event(&state, request).await
+        }
         (&Method::GET, "/healthz") => text(StatusCode::OK, "ok\n"),
         (&Method::GET, "/readyz") => readiness(&state).await,
         (&Method::GET, "/metrics") => metrics(&state),
@@ -22,7 +29,8 @@ pub async fn handle<B>(state: Arc<State>, request: Request<B>) -> Response<Body>
         _ => iceberg_error(
             StatusCode::NOT_FOUND,
             "NotFoundException",
-            "admin endpoints: GET /healthz, /readyz, /metrics, /cache/stats; POST /cache/purge",
+            "admin endpoints: GET /healthz, /readyz, /metrics, /cache/stats; POST /cache/purge, \
+             /events/seaweedfs (with events.seaweedfs_token_file)",
         ),
     }
 }
@@ -118,6 +126,82 @@ fn authorised(request: &Request<impl Sized>, token: &str) -> bool {
         .map(|(_, credentials)| credentials.trim());
     // Compare digests so the time taken says nothing about the token.
     presented.is_some_and(|p| blake3::hash(p.as_bytes()) == blake3::hash(token.as_bytes()))
+}
+
+/// `POST /events/seaweedfs`: one filer event, applied (here and across the tier) before the
+/// answer, so a 200 means the cache no longer holds what it changed. A request without the
+/// token changes nothing; a message from the filer that cannot be read may have been a real
+/// event, so it is a gap.
+async fn seaweedfs_event<B>(state: &State, request: Request<B>) -> Response<Body>
+where
+    B: http_body::Body<Data = bytes::Bytes> + Send + 'static,
+    B::Error: Into<crate::wire::body::BoxError>,
+{
+    use crate::events::{seaweedfs, settings::MAX_EVENT_BYTES, Rejection, SourceId};
+    let source = SourceId::SeaweedFs.as_str();
+    let settings = state.settings();
+    let authorised_now = settings
+        .events
+        .seaweedfs_token
+        .as_ref()
+        .is_some_and(|token| authorised(&request, token.expose()));
+    let refuse = |rejection: Rejection, status: StatusCode, message: &str| {
+        state.metrics.events.rejected(source, rejection.as_str());
+        if rejection.loses_an_event() {
+            state.events.gap(SourceId::SeaweedFs, rejection.as_str());
+        }
+        iceberg_error(status, "BadRequestException", message)
+    };
+    if !authorised_now {
+        return refuse(
+            Rejection::Unauthorized,
+            StatusCode::UNAUTHORIZED,
+            "POST /events/seaweedfs needs `Authorization: Bearer <token>` (notification.toml's \
+             bearer_token, the contents of events.seaweedfs_token_file)",
+        );
+    }
+    let body = match crate::wire::body::read_to_bytes(
+        request.into_body(),
+        MAX_EVENT_BYTES,
+        settings.request_timeout,
+    )
+    .await
+    {
+        Ok(body) => body,
+        Err(crate::wire::body::ReadError::TooLarge { .. }) => {
+            return refuse(
+                Rejection::Oversized,
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "the event is larger than icecache reads",
+            )
+        }
+        Err(e) => return refuse(Rejection::Malformed, StatusCode::BAD_REQUEST, &e.to_string()),
+    };
+    match seaweedfs::read(&body) {
+        Ok(seaweedfs::Reading::Unrelated(kind)) => {
+            state.metrics.events.received(source, kind);
+            state.metrics.events.unrelated(source);
+            json(&serde_json::json!({ "invalidated": 0 }))
+        }
+        Ok(seaweedfs::Reading::Change(change, kind)) => {
+            state.metrics.events.received(source, kind);
+            let removed = match &state.cache {
+                Some(cache) => {
+                    cache
+                        .invalidate_in_everywhere(&change.prefixes, &change.touched, "event")
+                        .await
+                }
+                None => 0,
+            };
+            state.metrics.events.invalidated(source, removed);
+            json(&serde_json::json!({ "invalidated": removed }))
+        }
+        Err(rejection) => refuse(
+            rejection,
+            StatusCode::BAD_REQUEST,
+            "not a SeaweedFS filer event: {\"key\", \"event_type\": create|update|delete|rename, \"message\"}",
+        ),
+    }
 }
 
 /// `POST /cache/purge` empties everything; `?namespace=a%1Fb` one namespace;

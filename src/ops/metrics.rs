@@ -46,9 +46,10 @@ pub struct Metrics {
     cluster_round_lookups_total: IntCounter,
     pub cluster_lease_waits: IntCounter,
     pub cluster_lease_wait: Histogram,
+    pub events: super::event_metrics::EventMetrics,
 }
 
-fn register<T: prometheus::core::Collector + Clone + 'static>(registry: &Registry, metric: T) -> T {
+pub(super) fn register<T: prometheus::core::Collector + Clone + 'static>(registry: &Registry, metric: T) -> T {
     // Names and labels are constants: registration fails only on a programming error, which
     // every test would catch.
     registry
@@ -57,14 +58,14 @@ fn register<T: prometheus::core::Collector + Clone + 'static>(registry: &Registr
     metric
 }
 
-fn counter_vec(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
+pub(super) fn counter_vec(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
     register(
         registry,
         IntCounterVec::new(Opts::new(name, help), labels).expect("a valid metric"),
     )
 }
 
-fn histogram_vec(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> HistogramVec {
+pub(super) fn histogram_vec(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> HistogramVec {
     // 100 µs to ~52 s: a local hit and a 250 MB metadata read both land in a bucket.
     let buckets = exponential_buckets(0.0001, 2.0, 20).expect("valid buckets");
     register(
@@ -74,7 +75,7 @@ fn histogram_vec(registry: &Registry, name: &str, help: &str, labels: &[&str]) -
     )
 }
 
-fn histogram(registry: &Registry, name: &str, help: &str) -> Histogram {
+pub(super) fn histogram(registry: &Registry, name: &str, help: &str) -> Histogram {
     let buckets = exponential_buckets(0.0001, 2.0, 20).expect("valid buckets");
     register(
         registry,
@@ -83,11 +84,11 @@ fn histogram(registry: &Registry, name: &str, help: &str) -> Histogram {
     )
 }
 
-fn gauge(registry: &Registry, name: &str, help: &str) -> IntGauge {
+pub(super) fn gauge(registry: &Registry, name: &str, help: &str) -> IntGauge {
     register(registry, IntGauge::new(name, help).expect("a valid metric"))
 }
 
-fn counter(registry: &Registry, name: &str, help: &str) -> IntCounter {
+pub(super) fn counter(registry: &Registry, name: &str, help: &str) -> IntCounter {
     register(
         registry,
         IntCounter::new(name, help).expect("a valid metric"),
@@ -309,6 +310,7 @@ impl Metrics {
                 "icecache_cluster_lease_wait_seconds",
                 "How long a fill waited for another replica's lease.",
             ),
+            events: super::event_metrics::EventMetrics::new(&r),
             registry: r,
         }
         .with_known_series()

@@ -4,6 +4,7 @@
 
 pub mod access_log;
 pub mod admin;
+pub mod event_metrics;
 pub mod logging;
 pub mod metrics;
 pub mod probe;

@@ -1,0 +1,88 @@
+//! Invalidation: what a write through icecache, a purge, another replica or a catalog event
+//! touched leaves the cache before the answer that reports it returns. Each moves its tables'
+//! generations first (so no fill that began before it can store or be joined after), then
+//! removes the entries.
+
+use super::Cache;
+use crate::catalog::names::{loose_namespace, LooseName};
+use crate::catalog::writes::Touched;
+
+impl Cache {
+    /// Invalidates what a write touched, here and (before returning) in every replica of the
+    /// tier; returns how many entries went here.
+    pub async fn invalidate_everywhere(&self, touched: &Touched, reason: &str) -> usize {
+        let removed = self.invalidate(touched, reason);
+        if let Some(cluster) = &self.cluster {
+            cluster.announce(touched).await;
+        }
+        removed
+    }
+
+    /// Invalidates what a write touched in this replica; returns how many entries went.
+    pub fn invalidate(&self, touched: &Touched, reason: &str) -> usize {
+        let removed = match touched {
+            Touched::Tables(tables) => tables.iter().map(|t| self.store.invalidate(t)).sum(),
+            Touched::Namespace(namespace) => self.store.invalidate_where(|t| t.is_in(namespace)),
+            Touched::Everything => self.store.invalidate_where(|_| true),
+            Touched::Nothing => return 0,
+        };
+        self.metrics.invalidation(reason);
+        removed
+    }
+
+    /// Invalidates what a catalog event touched in the warehouses it names (every one if it
+    /// names none), here and in every replica of the tier. The other replicas are told of the
+    /// tables only, not the warehouse: they invalidate them under every prefix.
+    pub async fn invalidate_in_everywhere(
+        &self,
+        prefixes: &[String],
+        touched: &Touched,
+        reason: &str,
+    ) -> usize {
+        let removed = if prefixes.is_empty() {
+            self.invalidate(touched, reason)
+        } else {
+            prefixes
+                .iter()
+                .map(|prefix| self.invalidate_in(prefix, touched, reason))
+                .sum()
+        };
+        if let Some(cluster) = &self.cluster {
+            cluster.announce(touched).await;
+        }
+        removed
+    }
+
+    fn invalidate_in(&self, prefix: &str, touched: &Touched, reason: &str) -> usize {
+        let removed = match touched {
+            Touched::Tables(tables) => tables
+                .iter()
+                .map(|t| self.store.invalidate_in(prefix, t))
+                .sum(),
+            Touched::Namespace(namespace) => self
+                .store
+                .invalidate_in_where(prefix, |t| t.is_in(namespace)),
+            Touched::Everything => self.store.invalidate_in_where(prefix, |_| true),
+            Touched::Nothing => return 0,
+        };
+        self.metrics.invalidation(reason);
+        removed
+    }
+
+    /// `POST /cache/purge`: one table, one namespace, or everything, in every replica; the
+    /// prefix, being one of the spellings a catalog may ignore, does not narrow it.
+    pub async fn purge(&self, namespace: Option<&[String]>, table: Option<&str>) -> usize {
+        let touched = match (namespace, table) {
+            (Some(namespace), Some(table))
+                if !loose_namespace(namespace).is_empty() =>
+            {
+                Touched::Tables(vec![LooseName::new(namespace, table)])
+            }
+            (Some(namespace), None) => {
+                Touched::namespace(loose_namespace(namespace))
+            }
+            _ => Touched::Everything,
+        };
+        self.invalidate_everywhere(&touched, "purge").await
+    }
+}
