@@ -3,6 +3,7 @@
 #![allow(dead_code)] // each test binary uses a different part of the harness
 
 pub mod cluster;
+pub mod events;
 pub mod fake;
 pub mod gate;
 pub mod relay;
@@ -100,6 +101,12 @@ impl Icecache {
         Icecache::launch(upstream, extra, &[], true).await
     }
 
+    /// Starts icecache with its admin listener on `admin_port` (chosen before, for a catalog
+    /// that must be told where to send its events).
+    pub async fn start_with_admin(upstream: &str, admin_port: u16, extra: &[&str]) -> Icecache {
+        Icecache::spawn(upstream, extra, &[], false, admin_port).await
+    }
+
     /// What icecache has logged so far (when started with `start_logging`).
     pub fn logs(&self) -> String {
         self.log
@@ -114,8 +121,18 @@ impl Icecache {
         env: &[(&str, &str)],
         capture: bool,
     ) -> Icecache {
+        Icecache::spawn(upstream, extra, env, capture, free_port()).await
+    }
+
+    async fn spawn(
+        upstream: &str,
+        extra: &[&str],
+        env: &[(&str, &str)],
+        capture: bool,
+        admin_port: u16,
+    ) -> Icecache {
         let listen = format!("127.0.0.1:{}", free_port());
-        let admin = format!("127.0.0.1:{}", free_port());
+        let admin = format!("127.0.0.1:{admin_port}");
         let log = capture.then(|| std::env::temp_dir().join(format!("{}.log", unique("icecache"))));
         let mut command = Command::new(binary());
         command
