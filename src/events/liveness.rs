@@ -73,8 +73,11 @@ impl Liveness {
     /// The source subscribed (and caught up): entries filled from now on may earn the window.
     pub fn up(&self, source: SourceId) {
         if let Some(flag) = self.flag(source) {
+            // Live already: the stamps taken since are as good as ever.
+            if flag.swap(true, Ordering::AcqRel) {
+                return;
+            }
             // The flag before the epoch: a stamp read between them is already old.
-            flag.store(true, Ordering::Release);
             self.epoch.fetch_add(1, Ordering::AcqRel);
             self.metrics.events.source_up(source.as_str(), true);
             tracing::info!(source = source.as_str(), "event source live");

@@ -166,8 +166,10 @@ impl Subscriber {
         // The stored cursor: what this consumer last acknowledged.
         let mut last = info.ack_floor.stream_sequence;
         if last > 0 && first > last + 1 {
-            // The stream discarded events this consumer never read.
+            // The stream discarded events this consumer never read (counted once: the next
+            // one delivered is the stream's first).
             self.liveness.gap(SOURCE, "sequence_hole");
+            last = first - 1;
         }
         if info.num_pending == 0 && info.num_ack_pending == 0 {
             self.liveness.up(SOURCE);
