@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh clone: installs what the tests need (scripts/test-env.sh:
-# SeaweedFS, pyiceberg, DuckDB, PyYAML, iceberg-js; promtool, systemd-analyze and redis-server
-# from Debian; the rustberg catalog built from crates.io into ~/.cache/icecache), starts the
+# SeaweedFS, pyiceberg, DuckDB, PyYAML, iceberg-js; promtool, systemd-analyze, redis-server and
+# nats-server from Debian; the rustberg catalog built from crates.io into ~/.cache/icecache), starts the
 # real catalog once on loopback, runs `cargo test` and the Rust-client crate, and stops what it started.
 # Every test must run: one that cannot fails (ICECACHE_TEST_REQUIRE_ALL), and the closing line
 # counts what ran.
@@ -30,6 +30,13 @@ if ! command -v redis-server >/dev/null 2>&1; then
   apt_update
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends redis-server >/dev/null
 fi
+
+if ! command -v nats-server >/dev/null 2>&1 && [ ! -x /usr/sbin/nats-server ]; then
+  echo "test.sh: installing nats-server (Debian package nats-server, with JetStream; the tests start their own)"
+  apt_update
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends nats-server >/dev/null
+fi
+export ICECACHE_NATS_SERVER="$(command -v nats-server || echo /usr/sbin/nats-server)"
 
 # rustberg, the one catalog here that sends ETags and answers 304: built once, then cached.
 bash scripts/build-rustberg.sh

@@ -42,9 +42,24 @@ async fn exported_metrics() -> BTreeSet<String> {
     let single = Icecache::start(&upstream, &[]).await;
     let redis = Redis::start().await;
     let tier = Tier::start(1, &upstream, &redis, &[]).await;
+    // Both event sources configured (neither reachable: they stay degraded).
+    let token = support::events::TokenFile::new("t");
+    let nats = format!("nats://127.0.0.1:{}", free_port());
+    let events = Icecache::start(
+        &upstream,
+        &[
+            "--events-seaweedfs-token-file",
+            token.path(),
+            "--events-nats-url",
+            &nats,
+            "--events-nats-subject",
+            "lakekeeper",
+        ],
+    )
+    .await;
     let client = reqwest::Client::new();
     let mut names = BTreeSet::new();
-    for icecache in [&single, &tier.replicas[0]] {
+    for icecache in [&single, &tier.replicas[0], &events] {
         let table = format!("{}/v1/namespaces/db/tables/t", icecache.url);
         client.get(&table).send().await.unwrap();
         client.delete(&table).send().await.unwrap();

@@ -321,3 +321,35 @@ async fn a_fill_that_began_before_an_event_is_not_stored() {
     assert_eq!(now, location, "the answer fetched before the event was stored");
     assert_ne!(cache, "HIT");
 }
+
+#[tokio::test]
+async fn an_event_received_by_one_replica_invalidates_the_whole_tier() {
+    use support::cluster::{KeyFile, Redis};
+    let redis = Redis::start().await;
+    let key = KeyFile::new();
+    let admin = free_port();
+    let token = TokenFile::new(TOKEN);
+    let hook = format!("http://127.0.0.1:{admin}/events/seaweedfs");
+    let weed = Weed::start(Some((&hook, TOKEN))).await;
+    let url = redis.url();
+    let tier = ["--redis-url", &url, "--cluster-key-file", key.path(), "--workers", "1"];
+    // The filer posts to the first replica only; the second keeps entries for 300 s.
+    let mut first_flags = tier.to_vec();
+    first_flags.extend(["--events-seaweedfs-token-file", token.path(), "--events-fresh-for", "300s"]);
+    let first = Icecache::start_with_admin(&weed.iceberg, admin, &first_flags).await;
+    let mut second_flags = tier.to_vec();
+    second_flags.extend(["--fresh-for", "300s"]);
+    let second = Icecache::start(&weed.iceberg, &second_flags).await;
+    let api = weed.api().await;
+    let namespace = unique("ev");
+    api.create_namespace(&namespace).await;
+    api.create_table(&namespace, "t").await;
+    settle().await;
+    let (_, before, _) = load(&api, &second.url, &namespace, "t").await;
+    assert_eq!(load(&api, &second.url, &namespace, "t").await.1, before);
+    let location = commit(&api, &namespace, "t", 1).await;
+    let seen = wait_for(|| async { load(&api, &second.url, &namespace, "t").await.1 == location }).await;
+    assert!(seen, "the other replica still serves the table as it was");
+    let metrics = first.metrics().await;
+    assert!(metric(&metrics, r#"icecache_events_received_total{source="seaweedfs",type="update"}"#) >= 1.0);
+}

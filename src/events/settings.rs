@@ -9,9 +9,10 @@ pub const DEFAULT_PREFIX_TEMPLATE: &str = "{warehouse_id}";
 /// The JetStream durable consumer's name (one per tier: each event is taken by one replica,
 /// which invalidates the whole tier).
 pub const DEFAULT_NATS_CONSUMER: &str = "icecache";
-/// How often the NATS connection is pinged: two unanswered pings mark a hung server, so it is
-/// noticed within about three seconds (the client's default takes minutes).
-pub const NATS_PING_INTERVAL: Duration = Duration::from_secs(1);
+/// How often the NATS connection is pinged: the client gives up on a server after three
+/// unanswered pings, so a hung server is noticed within about two seconds (the client's
+/// default interval takes minutes).
+pub const NATS_PING_INTERVAL: Duration = Duration::from_millis(600);
 /// Largest event accepted; SeaweedFS sends the table's whole metadata (twice) in each.
 pub const MAX_EVENT_BYTES: usize = 16 << 20;
 

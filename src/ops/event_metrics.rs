@@ -16,9 +16,19 @@ pub struct EventMetrics {
     lag: HistogramVec,
 }
 
-/// Every source and reason, created at zero so that rates and alerts see them at once.
+/// Every source and reason, created at zero so that rates and alerts see them at once (and
+/// each source's commit type, the one that matters most).
 const SOURCES: [&str; 2] = ["seaweedfs", "nats"];
+const COMMITS: [(&str, &str); 2] = [("seaweedfs", "update"), ("nats", "updateTable")];
 const REJECTIONS: [&str; 4] = ["unauthorized", "oversized", "malformed", "unknown_type"];
+const GAPS: [&str; 6] = [
+    "disconnected",
+    "slow_consumer",
+    "sequence_hole",
+    "oversized",
+    "malformed",
+    "unknown_type",
+];
 
 impl EventMetrics {
     pub fn new(r: &Registry) -> EventMetrics {
@@ -93,9 +103,18 @@ impl EventMetrics {
         };
         for source in SOURCES {
             metrics.invalidated.with_label_values(&[source]);
+            metrics.unrelated.with_label_values(&[source]);
+            metrics.duplicates.with_label_values(&[source]);
+            metrics.lag.with_label_values(&[source]);
             for reason in REJECTIONS {
                 metrics.rejected.with_label_values(&[source, reason]);
             }
+            for reason in GAPS {
+                metrics.gaps.with_label_values(&[source, reason]);
+            }
+        }
+        for (source, kind) in COMMITS {
+            metrics.received.with_label_values(&[source, kind]);
         }
         metrics
     }
