@@ -9,7 +9,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 seconds=${1:-60}
 shift || true
 targets=("$@")
-[ "${#targets[@]}" -gt 0 ] || targets=(route if_none_match key strip config)
+[ "${#targets[@]}" -gt 0 ] || targets=(route if_none_match key strip config event)
 command -v cargo-fuzz >/dev/null 2>&1 || cargo install cargo-fuzz --locked
 cd "$root/fuzz"
 # cargo-fuzz passes nightly-only flags (sanitizers); this stable toolchain accepts them so.

@@ -129,6 +129,8 @@ pub fn config(data: &[u8]) {
     settings.upstream_ca = None;
     settings.upstream_client_cert = None;
     settings.upstream_client_key = None;
+    settings.cluster.key_file = None;
+    settings.events.seaweedfs_token_file = None;
     settings.inject = None;
     if let Some(prefixes) = settings.prefixes.as_mut() {
         for policy in prefixes.values_mut() {
@@ -136,4 +138,11 @@ pub fn config(data: &[u8]) {
         }
     }
     let _ = Settings::try_from(settings);
+}
+
+/// Both event readers on arbitrary bytes: a SeaweedFS filer POST and a Lakekeeper CloudEvent.
+/// Whatever they make of it names what a change touches, never a panic.
+pub fn event(data: &[u8]) {
+    let _ = crate::events::seaweedfs::read(data);
+    let _ = crate::events::lakekeeper::read(data, "{warehouse_id}");
 }

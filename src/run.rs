@@ -297,7 +297,11 @@ fn reload_now(state: &State, reload: &Reload) {
 }
 
 /// How a source's changes reach the cache: invalidated here and across the tier, counted.
-fn apply_events(cache: Option<Arc<Cache>>, metrics: Arc<Metrics>, source: &'static str) -> events::Apply {
+fn apply_events(
+    cache: Option<Arc<Cache>>,
+    metrics: Arc<Metrics>,
+    source: &'static str,
+) -> events::Apply {
     Arc::new(move |change: events::Change| {
         let (cache, metrics) = (cache.clone(), metrics.clone());
         Box::pin(async move {

@@ -71,7 +71,10 @@ async fn wait_source_up(icecache: &Icecache, up: f64, within: Duration) -> Durat
         if metric(&metrics, r#"icecache_events_source_up{source="nats"}"#) == up {
             return start.elapsed();
         }
-        assert!(start.elapsed() < within, "the NATS source did not become {up} in {within:?}");
+        assert!(
+            start.elapsed() < within,
+            "the NATS source did not become {up} in {within:?}"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
@@ -80,7 +83,10 @@ async fn wait_source_up(icecache: &Icecache, up: f64, within: Duration) -> Durat
 async fn load(api: &Api, icecache: &Icecache, namespace: &str, table: &str) -> (String, String) {
     let response = api
         .http
-        .get(format!("{}/v1/warehouse/namespaces/{namespace}/tables/{table}", icecache.url))
+        .get(format!(
+            "{}/v1/warehouse/namespaces/{namespace}/tables/{table}",
+            icecache.url
+        ))
         .bearer_auth(&api.token)
         .send()
         .await
@@ -88,7 +94,10 @@ async fn load(api: &Api, icecache: &Icecache, namespace: &str, table: &str) -> (
     assert_eq!(response.status(), 200);
     let cache = support::x_cache(&response);
     let body: serde_json::Value = response.json().await.expect("load JSON");
-    (body["metadata-location"].as_str().unwrap().to_owned(), cache)
+    (
+        body["metadata-location"].as_str().unwrap().to_owned(),
+        cache,
+    )
 }
 
 /// A commit straight to the catalog; the new metadata-location.
@@ -125,7 +134,11 @@ async fn two_level_table(api: &Api) -> (String, String, String) {
 #[tokio::test]
 async fn an_update_on_nats_is_applied_within_20ms_p99_in_both_namespace_encodings() {
     let nats = Nats::start().await;
-    let icecache = icecache(&nats, &["--events-fresh-for", "300s", "--fresh-for", "300s"]).await;
+    let icecache = icecache(
+        &nats,
+        &["--events-fresh-for", "300s", "--fresh-for", "300s"],
+    )
+    .await;
     let publisher = nats.client().await;
     let api = Api::new(&catalog()).await;
     let (path, separated, dotted) = two_level_table(&api).await;
@@ -134,11 +147,18 @@ async fn an_update_on_nats_is_applied_within_20ms_p99_in_both_namespace_encoding
     for n in 0..100 {
         let location = commit(&api, &path, "t", n).await;
         // Held from before the commit: without the event, the old table is served.
-        assert_ne!(load(&api, &icecache, &path, "t").await.0, location, "commit {n}");
+        assert_ne!(
+            load(&api, &icecache, &path, "t").await.0,
+            location,
+            "commit {n}"
+        );
         let namespace = if n % 2 == 0 { &separated } else { &dotted };
         let published = Instant::now();
         publisher
-            .publish(SUBJECT, lakekeeper_event("updateTable", "warehouse", namespace, "t").into())
+            .publish(
+                SUBJECT,
+                lakekeeper_event("updateTable", "warehouse", namespace, "t").into(),
+            )
             .await
             .unwrap();
         publisher.flush().await.unwrap();
@@ -146,7 +166,10 @@ async fn an_update_on_nats_is_applied_within_20ms_p99_in_both_namespace_encoding
             if load(&api, &icecache, &path, "t").await.0 == location {
                 break;
             }
-            assert!(published.elapsed() < Duration::from_secs(5), "event {n} not applied");
+            assert!(
+                published.elapsed() < Duration::from_secs(5),
+                "event {n} not applied"
+            );
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
         applied_after.push(published.elapsed());
@@ -156,24 +179,45 @@ async fn an_update_on_nats_is_applied_within_20ms_p99_in_both_namespace_encoding
         "applied after publish: median {:?}, p99 {:?}, max {:?}",
         applied_after[50], applied_after[98], applied_after[99]
     );
-    assert!(applied_after[98] <= Duration::from_millis(20), "p99 {:?}", applied_after[98]);
+    assert!(
+        applied_after[98] <= Duration::from_millis(20),
+        "p99 {:?}",
+        applied_after[98]
+    );
     let metrics = icecache.metrics().await;
     assert_eq!(
-        metric(&metrics, r#"icecache_events_received_total{source="nats",type="updateTable"}"#),
+        metric(
+            &metrics,
+            r#"icecache_events_received_total{source="nats",type="updateTable"}"#
+        ),
         100.0
     );
-    assert!(metric(&metrics, r#"icecache_events_lag_seconds_count{source="nats"}"#) >= 100.0);
+    assert!(
+        metric(
+            &metrics,
+            r#"icecache_events_lag_seconds_count{source="nats"}"#
+        ) >= 100.0
+    );
 }
 
 #[tokio::test]
 async fn an_event_for_another_warehouse_invalidates_nothing() {
     let nats = Nats::start().await;
-    let icecache = icecache(&nats, &["--events-fresh-for", "300s", "--fresh-for", "300s"]).await;
+    let icecache = icecache(
+        &nats,
+        &["--events-fresh-for", "300s", "--fresh-for", "300s"],
+    )
+    .await;
     let publisher = nats.client().await;
     let api = Api::new(&catalog()).await;
     let (path, separated, _) = two_level_table(&api).await;
     load(&api, &icecache, &path, "t").await;
-    let other = lakekeeper_event("updateTable", "6f1c4d3e-8a2b-11ef-9c1d-7b3f0e2a4c5d", &separated, "t");
+    let other = lakekeeper_event(
+        "updateTable",
+        "6f1c4d3e-8a2b-11ef-9c1d-7b3f0e2a4c5d",
+        &separated,
+        "t",
+    );
     publisher.publish(SUBJECT, other.into()).await.unwrap();
     publisher.flush().await.unwrap();
     tokio::time::sleep(Duration::from_millis(100)).await;
@@ -184,7 +228,13 @@ async fn an_event_for_another_warehouse_invalidates_nothing() {
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert_eq!(load(&api, &icecache, &path, "t").await.1, "MISS");
     let metrics = icecache.metrics().await;
-    assert_eq!(metric(&metrics, r#"icecache_events_invalidated_entries_total{source="nats"}"#), 1.0);
+    assert_eq!(
+        metric(
+            &metrics,
+            r#"icecache_events_invalidated_entries_total{source="nats"}"#
+        ),
+        1.0
+    );
 }
 
 #[tokio::test]
@@ -195,7 +245,11 @@ async fn a_disconnect_ends_the_long_window_and_a_reconnect_starts_a_new_one() {
     let (namespace, table) = api.fresh_table("lk").await;
     assert_eq!(load(&api, &icecache, &namespace, &table).await.1, "MISS");
     tokio::time::sleep(Duration::from_millis(1200)).await;
-    assert_eq!(load(&api, &icecache, &namespace, &table).await.1, "HIT", "the long window");
+    assert_eq!(
+        load(&api, &icecache, &namespace, &table).await.1,
+        "HIT",
+        "the long window"
+    );
     nats.kill();
     wait_source_up(&icecache, 0.0, Duration::from_secs(3)).await;
     // The entry is past cache.fresh_for: without a live source it is asked for again.
@@ -204,13 +258,19 @@ async fn a_disconnect_ends_the_long_window_and_a_reconnect_starts_a_new_one() {
     wait_source_up(&icecache, 1.0, Duration::from_secs(10)).await;
     let metrics = icecache.metrics().await;
     assert_eq!(
-        metric(&metrics, r#"icecache_events_gaps_total{reason="disconnected",source="nats"}"#),
+        metric(
+            &metrics,
+            r#"icecache_events_gaps_total{reason="disconnected",source="nats"}"#
+        ),
         1.0
     );
     // Filled while live again (once the entry filled while degraded has gone stale): it earns
     // the long window anew.
     tokio::time::sleep(Duration::from_millis(1200)).await;
-    assert_eq!(load(&api, &icecache, &namespace, &table).await.1, "REVALIDATED");
+    assert_eq!(
+        load(&api, &icecache, &namespace, &table).await.1,
+        "REVALIDATED"
+    );
     tokio::time::sleep(Duration::from_millis(1200)).await;
     assert_eq!(load(&api, &icecache, &namespace, &table).await.1, "HIT");
 }
@@ -229,18 +289,32 @@ async fn a_hung_server_is_noticed_within_3s() {
 #[tokio::test]
 async fn a_thousand_unreadable_messages_invalidate_nothing_and_are_counted_by_reason() {
     let nats = Nats::start().await;
-    let icecache = icecache(&nats, &["--events-fresh-for", "300s", "--fresh-for", "300s"]).await;
+    let icecache = icecache(
+        &nats,
+        &["--events-fresh-for", "300s", "--fresh-for", "300s"],
+    )
+    .await;
     let publisher = nats.client().await;
     let api = Api::new(&catalog()).await;
     let (namespace, table) = api.fresh_table("lk").await;
     load(&api, &icecache, &namespace, &table).await;
-    let good = String::from_utf8(lakekeeper_event("updateTable", "warehouse", &namespace, &table)).unwrap();
+    let good = String::from_utf8(lakekeeper_event(
+        "updateTable",
+        "warehouse",
+        &namespace,
+        &table,
+    ))
+    .unwrap();
     for n in 0..1000 {
         let body: Vec<u8> = match n % 4 {
             0 => b"{\"specversion\":".to_vec(),
             1 => good.replace("updateTable", "createNamespace").into_bytes(),
-            2 => good.replace(r#""specversion":"1.0""#, r#""specversion":"0.3""#).into_bytes(),
-            _ => good.replace(r#""name":"#, r#""name":"x","name":"#).into_bytes(),
+            2 => good
+                .replace(r#""specversion":"1.0""#, r#""specversion":"0.3""#)
+                .into_bytes(),
+            _ => good
+                .replace(r#""name":"#, r#""name":"x","name":"#)
+                .into_bytes(),
         };
         publisher.publish(SUBJECT, body.into()).await.unwrap();
     }
@@ -249,21 +323,36 @@ async fn a_thousand_unreadable_messages_invalidate_nothing_and_are_counted_by_re
     loop {
         let metrics = icecache.metrics().await;
         let rejected = |reason: &str| {
-            metric(&metrics, &format!(r#"icecache_events_rejected_total{{reason="{reason}",source="nats"}}"#))
+            metric(
+                &metrics,
+                &format!(r#"icecache_events_rejected_total{{reason="{reason}",source="nats"}}"#),
+            )
         };
         if rejected("malformed") + rejected("unknown_type") == 1000.0 {
             assert_eq!(rejected("unknown_type"), 250.0);
-            assert_eq!(metric(&metrics, r#"icecache_events_invalidated_entries_total{source="nats"}"#), 0.0);
+            assert_eq!(
+                metric(
+                    &metrics,
+                    r#"icecache_events_invalidated_entries_total{source="nats"}"#
+                ),
+                0.0
+            );
             break;
         }
-        assert!(start.elapsed() < Duration::from_secs(10), "not all 1000 were counted");
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "not all 1000 were counted"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert_eq!(load(&api, &icecache, &namespace, &table).await.1, "HIT");
     // Duplicates and late arrivals only invalidate: the table is served as the catalog has it.
     let location = commit(&api, &namespace, &table, 1).await;
     for _ in 0..2 {
-        publisher.publish(SUBJECT, good.clone().into_bytes().into()).await.unwrap();
+        publisher
+            .publish(SUBJECT, good.clone().into_bytes().into())
+            .await
+            .unwrap();
     }
     publisher.flush().await.unwrap();
     tokio::time::sleep(Duration::from_millis(100)).await;
@@ -285,7 +374,12 @@ async fn jetstream_replays_from_its_cursor_and_a_hole_is_a_gap() {
     })
     .await
     .unwrap();
-    let flags = ["--events-nats-stream", &stream, "--events-fresh-for", "300s"];
+    let flags = [
+        "--events-nats-stream",
+        &stream,
+        "--events-fresh-for",
+        "300s",
+    ];
     let api = Api::new(&catalog()).await;
     let (namespace, table) = api.fresh_table("lk").await;
     let event = || lakekeeper_event("updateTable", "warehouse", &namespace, &table);
@@ -294,11 +388,20 @@ async fn jetstream_replays_from_its_cursor_and_a_hole_is_a_gap() {
         let event = event();
         async move {
             for _ in 0..n {
-                js.publish(SUBJECT, event.clone().into()).await.unwrap().await.unwrap();
+                js.publish(SUBJECT, event.clone().into())
+                    .await
+                    .unwrap()
+                    .await
+                    .unwrap();
             }
         }
     };
-    let gaps = |m: &str| metric(m, r#"icecache_events_gaps_total{reason="sequence_hole",source="nats"}"#);
+    let gaps = |m: &str| {
+        metric(
+            m,
+            r#"icecache_events_gaps_total{reason="sequence_hole",source="nats"}"#,
+        )
+    };
     let mut first = icecache(&nats, &flags).await;
     publish(1).await;
     wait_received(&first, 1.0).await;
@@ -311,9 +414,18 @@ async fn jetstream_replays_from_its_cursor_and_a_hole_is_a_gap() {
     wait_received(&second, 2.0).await;
     tokio::time::sleep(Duration::from_millis(200)).await;
     let metrics = second.metrics().await;
-    assert_eq!(metric(&metrics, r#"icecache_events_duplicates_total{source="nats"}"#), 0.0);
+    assert_eq!(
+        metric(
+            &metrics,
+            r#"icecache_events_duplicates_total{source="nats"}"#
+        ),
+        0.0
+    );
     assert_eq!(gaps(&metrics), 0.0, "a clean replay is no gap");
-    assert_eq!(metric(&metrics, r#"icecache_events_source_up{source="nats"}"#), 1.0);
+    assert_eq!(
+        metric(&metrics, r#"icecache_events_source_up{source="nats"}"#),
+        1.0
+    );
     second.terminate();
     // Three while away: the stream kept the last two, one was never read.
     publish(3).await;
@@ -321,7 +433,10 @@ async fn jetstream_replays_from_its_cursor_and_a_hole_is_a_gap() {
     wait_received(&third, 2.0).await;
     let start = Instant::now();
     while gaps(&third.metrics().await) != 1.0 {
-        assert!(start.elapsed() < Duration::from_secs(5), "the hole was not seen");
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "the hole was not seen"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
@@ -330,12 +445,17 @@ async fn wait_received(icecache: &Icecache, n: f64) {
     let start = Instant::now();
     loop {
         let metrics = icecache.metrics().await;
-        let received =
-            metric(&metrics, r#"icecache_events_received_total{source="nats",type="updateTable"}"#);
+        let received = metric(
+            &metrics,
+            r#"icecache_events_received_total{source="nats",type="updateTable"}"#,
+        );
         if received == n {
             return;
         }
-        assert!(start.elapsed() < Duration::from_secs(5), "{received} events received, not {n}");
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "{received} events received, not {n}"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }

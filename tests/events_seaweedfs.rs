@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 use support::events::{TokenFile, Weed};
 use support::relay::Relay;
-use support::{free_port, metric, unique, x_cache, Api, Icecache};
+use support::{free_port, metric, unique, Api, Icecache};
 
 const TOKEN: &str = "filer-webhook-token";
 
@@ -30,7 +30,9 @@ async fn watched(flags: &[&str]) -> (Weed, Icecache, TokenFile) {
 async fn load(api: &Api, server: &str, namespace: &str, table: &str) -> (u16, String, String) {
     let response = api
         .http
-        .get(format!("{server}/v1/warehouse/namespaces/{namespace}/tables/{table}"))
+        .get(format!(
+            "{server}/v1/warehouse/namespaces/{namespace}/tables/{table}"
+        ))
         .bearer_auth(&api.token)
         .send()
         .await
@@ -61,7 +63,10 @@ async fn commit(api: &Api, namespace: &str, table: &str, n: usize) -> String {
         .expect("commit sent");
     assert_eq!(response.status(), 200, "a direct commit");
     let body: serde_json::Value = response.json().await.expect("commit JSON");
-    body["metadata-location"].as_str().expect("a location").to_owned()
+    body["metadata-location"]
+        .as_str()
+        .expect("a location")
+        .to_owned()
 }
 
 async fn webhook(icecache: &Icecache, token: Option<&str>, body: Vec<u8>) -> reqwest::Response {
@@ -115,7 +120,12 @@ async fn a_direct_commit_is_seen_within_50ms_p99_and_without_events_it_is_not() 
     );
     assert!(p99 <= Duration::from_millis(50), "p99 {p99:?}");
     let metrics = icecache.metrics().await;
-    assert!(metric(&metrics, r#"icecache_events_received_total{source="seaweedfs",type="update"}"#) >= 100.0);
+    assert!(
+        metric(
+            &metrics,
+            r#"icecache_events_received_total{source="seaweedfs",type="update"}"#
+        ) >= 100.0
+    );
 }
 
 #[tokio::test]
@@ -131,12 +141,16 @@ async fn an_entry_outlives_cache_fresh_for_while_the_webhook_is_live() {
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert_eq!(load(&api, &icecache.url, &namespace, table).await.2, "HIT");
     let metrics = icecache.metrics().await;
-    assert_eq!(metric(&metrics, r#"icecache_events_source_up{source="seaweedfs"}"#), 1.0);
+    assert_eq!(
+        metric(&metrics, r#"icecache_events_source_up{source="seaweedfs"}"#),
+        1.0
+    );
 }
 
 #[tokio::test]
 async fn a_drop_and_a_rename_reach_both_names() {
-    let (weed, icecache, _token) = watched(&["--events-fresh-for", "300s", "--fresh-for", "300s"]).await;
+    let (weed, icecache, _token) =
+        watched(&["--events-fresh-for", "300s", "--fresh-for", "300s"]).await;
     let api = weed.api().await;
     let namespace = unique("ev");
     api.create_namespace(&namespace).await;
@@ -155,7 +169,8 @@ async fn a_drop_and_a_rename_reach_both_names() {
         .await
         .expect("rename sent");
     assert_eq!(renamed.status(), 204);
-    let gone = wait_for(|| async { load(&api, &icecache.url, &namespace, "a").await.0 == 404 }).await;
+    let gone =
+        wait_for(|| async { load(&api, &icecache.url, &namespace, "a").await.0 == 404 }).await;
     assert!(gone, "the renamed table's old name still loads");
     assert_eq!(load(&api, &icecache.url, &namespace, "b").await.0, 200);
     let dropped = api
@@ -166,7 +181,8 @@ async fn a_drop_and_a_rename_reach_both_names() {
         .await
         .expect("drop sent");
     assert_eq!(dropped.status(), 204);
-    let gone = wait_for(|| async { load(&api, &icecache.url, &namespace, "b").await.0 == 404 }).await;
+    let gone =
+        wait_for(|| async { load(&api, &icecache.url, &namespace, "b").await.0 == 404 }).await;
     assert!(gone, "the dropped table still loads");
 }
 
@@ -213,9 +229,21 @@ async fn the_webhook_without_its_token_changes_nothing() {
     }
     assert_eq!(load(&api, &icecache.url, &namespace, "t").await.2, "HIT");
     let metrics = icecache.metrics().await;
-    assert_eq!(metric(&metrics, r#"icecache_events_rejected_total{reason="unauthorized",source="seaweedfs"}"#), 3.0);
+    assert_eq!(
+        metric(
+            &metrics,
+            r#"icecache_events_rejected_total{reason="unauthorized",source="seaweedfs"}"#
+        ),
+        3.0
+    );
     // Bad callers are not the catalog losing events: the long window stays.
-    assert_eq!(metric(&metrics, r#"icecache_events_gaps_total{reason="unauthorized",source="seaweedfs"}"#), 0.0);
+    assert_eq!(
+        metric(
+            &metrics,
+            r#"icecache_events_gaps_total{reason="unauthorized",source="seaweedfs"}"#
+        ),
+        0.0
+    );
     // The right token is taken, in any case of the scheme.
     let response = reqwest::Client::new()
         .post(format!("{}/events/seaweedfs", icecache.admin))
@@ -244,8 +272,12 @@ async fn a_thousand_unreadable_messages_invalidate_nothing_and_end_the_long_wind
     for n in 0..1000 {
         let body = match n % 5 {
             0 => b"{not json".to_vec(),
-            1 => json!({"key": key, "event_type": "truncate", "message": {}}).to_string().into_bytes(),
-            2 => json!({"key": 7, "event_type": "update"}).to_string().into_bytes(),
+            1 => json!({"key": key, "event_type": "truncate", "message": {}})
+                .to_string()
+                .into_bytes(),
+            2 => json!({"key": 7, "event_type": "update"})
+                .to_string()
+                .into_bytes(),
             3 => format!(r#"{{"key":"{key}","key":"/x","event_type":"update"}}"#).into_bytes(),
             _ if n == 4 => oversized.clone(),
             _ => vec![0xff, 0xfe, 0x00],
@@ -275,7 +307,13 @@ async fn a_thousand_unreadable_messages_invalidate_nothing_and_end_the_long_wind
     assert_eq!(rejected("malformed"), 799.0);
     assert_eq!(rejected("unknown_type"), 200.0);
     assert_eq!(rejected("oversized"), 1.0);
-    assert_eq!(metric(&metrics, r#"icecache_events_invalidated_entries_total{source="seaweedfs"}"#), 0.0);
+    assert_eq!(
+        metric(
+            &metrics,
+            r#"icecache_events_invalidated_entries_total{source="seaweedfs"}"#
+        ),
+        0.0
+    );
     // But any of them may have been a real event: the entry is back on cache.fresh_for.
     tokio::time::sleep(Duration::from_millis(1200)).await;
     assert_ne!(load(&api, &icecache.url, &namespace, "t").await.2, "HIT");
@@ -295,7 +333,14 @@ async fn a_fill_that_began_before_an_event_is_not_stored() {
     let icecache = Icecache::start_with_admin(
         &relay.url,
         admin,
-        &["--events-seaweedfs-token-file", token.path(), "--events-fresh-for", "300s", "--fresh-for", "300s"],
+        &[
+            "--events-seaweedfs-token-file",
+            token.path(),
+            "--events-fresh-for",
+            "300s",
+            "--fresh-for",
+            "300s",
+        ],
     )
     .await;
     let api = weed.api().await;
@@ -308,7 +353,13 @@ async fn a_fill_that_began_before_an_event_is_not_stored() {
         let (api_http, token, url) = (api.http.clone(), api.token.clone(), icecache.url.clone());
         let path = format!("{url}/v1/warehouse/namespaces/{namespace}/tables/t");
         tokio::spawn(async move {
-            api_http.get(path).bearer_auth(token).send().await.expect("slow load").status()
+            api_http
+                .get(path)
+                .bearer_auth(token)
+                .send()
+                .await
+                .expect("slow load")
+                .status()
         })
     };
     // The fill has asked the catalog (its answer is held); now the table moves on.
@@ -318,7 +369,10 @@ async fn a_fill_that_began_before_an_event_is_not_stored() {
     release.notify_one();
     assert_eq!(slow.await.unwrap(), 200);
     let (_, now, cache) = load(&api, &icecache.url, &namespace, "t").await;
-    assert_eq!(now, location, "the answer fetched before the event was stored");
+    assert_eq!(
+        now, location,
+        "the answer fetched before the event was stored"
+    );
     assert_ne!(cache, "HIT");
 }
 
@@ -332,10 +386,22 @@ async fn an_event_received_by_one_replica_invalidates_the_whole_tier() {
     let hook = format!("http://127.0.0.1:{admin}/events/seaweedfs");
     let weed = Weed::start(Some((&hook, TOKEN))).await;
     let url = redis.url();
-    let tier = ["--redis-url", &url, "--cluster-key-file", key.path(), "--workers", "1"];
+    let tier = [
+        "--redis-url",
+        &url,
+        "--cluster-key-file",
+        key.path(),
+        "--workers",
+        "1",
+    ];
     // The filer posts to the first replica only; the second keeps entries for 300 s.
     let mut first_flags = tier.to_vec();
-    first_flags.extend(["--events-seaweedfs-token-file", token.path(), "--events-fresh-for", "300s"]);
+    first_flags.extend([
+        "--events-seaweedfs-token-file",
+        token.path(),
+        "--events-fresh-for",
+        "300s",
+    ]);
     let first = Icecache::start_with_admin(&weed.iceberg, admin, &first_flags).await;
     let mut second_flags = tier.to_vec();
     second_flags.extend(["--fresh-for", "300s"]);
@@ -348,8 +414,14 @@ async fn an_event_received_by_one_replica_invalidates_the_whole_tier() {
     let (_, before, _) = load(&api, &second.url, &namespace, "t").await;
     assert_eq!(load(&api, &second.url, &namespace, "t").await.1, before);
     let location = commit(&api, &namespace, "t", 1).await;
-    let seen = wait_for(|| async { load(&api, &second.url, &namespace, "t").await.1 == location }).await;
+    let seen =
+        wait_for(|| async { load(&api, &second.url, &namespace, "t").await.1 == location }).await;
     assert!(seen, "the other replica still serves the table as it was");
     let metrics = first.metrics().await;
-    assert!(metric(&metrics, r#"icecache_events_received_total{source="seaweedfs",type="update"}"#) >= 1.0);
+    assert!(
+        metric(
+            &metrics,
+            r#"icecache_events_received_total{source="seaweedfs",type="update"}"#
+        ) >= 1.0
+    );
 }

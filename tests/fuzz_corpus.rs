@@ -45,3 +45,8 @@ fn strip_corpus() {
 fn config_corpus() {
     replay("config", fuzz_targets::config);
 }
+
+#[test]
+fn event_corpus() {
+    replay("event", fuzz_targets::event);
+}

@@ -250,3 +250,33 @@ impl Entry {
         u32::try_from(total).unwrap_or(u32::MAX)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_event_for_one_prefix_ends_its_tickets_and_those_without_a_prefix_only() {
+        let table = Arc::new(TableState::default());
+        let ours = FillTicket::new(table.clone(), Some("Warehouse"), None);
+        let theirs = FillTicket::new(table.clone(), Some("elsewhere"), None);
+        let bare = FillTicket::new(table.clone(), None, None);
+        table.bump_prefix("warehouse");
+        assert!(!ours.is_current(), "the same prefix, in any case");
+        assert!(
+            !bare.is_current(),
+            "a path without a prefix may be any warehouse"
+        );
+        assert!(theirs.is_current());
+        // A ticket taken after the event is current.
+        assert!(FillTicket::new(table.clone(), Some("warehouse"), None).is_current());
+    }
+
+    #[test]
+    fn a_write_ends_every_ticket_of_the_table() {
+        let table = Arc::new(TableState::default());
+        let theirs = FillTicket::new(table.clone(), Some("elsewhere"), None);
+        table.bump();
+        assert!(!theirs.is_current());
+    }
+}

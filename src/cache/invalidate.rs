@@ -73,14 +73,10 @@ impl Cache {
     /// prefix, being one of the spellings a catalog may ignore, does not narrow it.
     pub async fn purge(&self, namespace: Option<&[String]>, table: Option<&str>) -> usize {
         let touched = match (namespace, table) {
-            (Some(namespace), Some(table))
-                if !loose_namespace(namespace).is_empty() =>
-            {
+            (Some(namespace), Some(table)) if !loose_namespace(namespace).is_empty() => {
                 Touched::Tables(vec![LooseName::new(namespace, table)])
             }
-            (Some(namespace), None) => {
-                Touched::namespace(loose_namespace(namespace))
-            }
+            (Some(namespace), None) => Touched::namespace(loose_namespace(namespace)),
             _ => Touched::Everything,
         };
         self.invalidate_everywhere(&touched, "purge").await

@@ -175,7 +175,11 @@ impl Cache {
         events: Arc<Liveness>,
     ) -> Arc<Self> {
         let cache = &settings.cache;
-        let fresh_for = settings.events.fresh_for.unwrap_or_default().max(cache.fresh_for);
+        let fresh_for = settings
+            .events
+            .fresh_for
+            .unwrap_or_default()
+            .max(cache.fresh_for);
         metrics
             .cache_max_bytes
             .set(i64::try_from(cache.max_bytes).unwrap_or(i64::MAX));
@@ -523,7 +527,10 @@ impl Cache {
     fn fresh_until(&self, entry: &Entry, settings: &Settings) -> Instant {
         let plain = entry.fresh_until(settings.cache.fresh_for);
         let Some(long) = settings.events.fresh_for.filter(|_| {
-            entry.ticket.events.is_some_and(|stamp| self.events.is_current(stamp))
+            entry
+                .ticket
+                .events
+                .is_some_and(|stamp| self.events.is_current(stamp))
                 && self.cluster.as_ref().is_none_or(|c| !c.distrusts_tier())
         }) else {
             return plain;

@@ -189,7 +189,11 @@ pub struct RawEvents {
     /// How long an entry is served without asking the catalog while its event sources are
     /// live and have been since it was filled (e.g. 300s); otherwise cache.fresh_for applies.
     /// [default: cache.fresh_for] [key: events.fresh_for]
-    #[arg(id = "events_fresh_for", long = "events-fresh-for", env = "ICECACHE_EVENTS_FRESH_FOR")]
+    #[arg(
+        id = "events_fresh_for",
+        long = "events-fresh-for",
+        env = "ICECACHE_EVENTS_FRESH_FOR"
+    )]
     pub fresh_for: Option<String>,
 
     /// File holding the bearer token SeaweedFS's filer webhook sends; enables
@@ -227,7 +231,10 @@ pub struct RawEvents {
 
     /// The REST prefix of a Lakekeeper warehouse, from its id. [default: {warehouse_id}]
     /// [key: events.prefix_template]
-    #[arg(long = "events-prefix-template", env = "ICECACHE_EVENTS_PREFIX_TEMPLATE")]
+    #[arg(
+        long = "events-prefix-template",
+        env = "ICECACHE_EVENTS_PREFIX_TEMPLATE"
+    )]
     pub prefix_template: Option<String>,
 }
 

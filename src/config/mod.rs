@@ -126,7 +126,7 @@ pub fn documented_defaults() -> Vec<(&'static str, String)> {
         ("events.fresh_for", "cache.fresh_for".to_owned()),
         (
             "events.nats_consumer",
-            events::DEFAULT_NATS_CONSUMER.to_owned(),
+            format!("{}-<hostname>", events::DEFAULT_NATS_CONSUMER_STEM),
         ),
         (
             "events.prefix_template",

@@ -46,12 +46,10 @@ pub fn read(body: &[u8], prefix_template: &str) -> Result<Event, Rejection> {
         .find(|k| **k == event.kind)
         .copied()
         .ok_or(Rejection::UnknownType)?;
-    let namespace: Vec<String> = event
-        .namespace
-        .split('\u{1f}')
-        .map(str::to_owned)
-        .collect();
-    if event.name.is_empty() || event.warehouse_id.is_empty() || namespace.iter().all(String::is_empty)
+    let namespace: Vec<String> = event.namespace.split('\u{1f}').map(str::to_owned).collect();
+    if event.name.is_empty()
+        || event.warehouse_id.is_empty()
+        || namespace.iter().all(String::is_empty)
     {
         return Err(Rejection::Malformed);
     }
@@ -157,6 +155,9 @@ mod tests {
             Err(Rejection::Malformed)
         );
         let twice = UPDATE.replace(r#""name":"t1""#, r#""name":"t1","name":"t2""#);
-        assert_eq!(read(twice.as_bytes(), "{warehouse_id}"), Err(Rejection::Malformed));
+        assert_eq!(
+            read(twice.as_bytes(), "{warehouse_id}"),
+            Err(Rejection::Malformed)
+        );
     }
 }

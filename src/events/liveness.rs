@@ -154,6 +154,9 @@ mod tests {
         assert!(!l.is_current(after_gap));
         assert_eq!(l.stamp(), None);
         l.up(SourceId::Nats);
-        assert!(!l.is_current(after_gap), "a reconnect does not revive old stamps");
+        assert!(
+            !l.is_current(after_gap),
+            "a reconnect does not revive old stamps"
+        );
     }
 }

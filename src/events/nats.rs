@@ -8,11 +8,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_nats::jetstream::{self, consumer::pull, consumer::AckPolicy};
+use async_nats::jetstream::{self, consumer::pull, consumer::AckPolicy, consumer::DeliverPolicy};
 use futures::StreamExt;
 use tokio::sync::{mpsc, watch};
 
-use super::settings::{NatsSettings, MAX_EVENT_BYTES, NATS_PING_INTERVAL};
+use super::settings::{NatsSettings, MAX_EVENT_BYTES, NATS_CONSUMER_INACTIVE, NATS_PING_INTERVAL};
 use super::{lakekeeper, Apply, Liveness, SourceId};
 use crate::cluster::now_ms;
 use crate::ops::metrics::Metrics;
@@ -146,13 +146,22 @@ impl Subscriber {
                         durable_name: Some(self.settings.consumer.clone()),
                         filter_subject: subject.clone(),
                         ack_policy: AckPolicy::Explicit,
+                        // A consumer made now has nothing to catch up on: this process holds
+                        // nothing older (a tier's other replicas announce what they read).
+                        deliver_policy: DeliverPolicy::New,
+                        inactive_threshold: NATS_CONSUMER_INACTIVE,
                         ..Default::default()
                     },
                 )
                 .await
                 .map_err(|e| e.to_string())?;
             let info = consumer.get_info().await.map_err(|e| e.to_string())?;
-            let first = stream.get_info().await.map_err(|e| e.to_string())?.state.first_sequence;
+            let first = stream
+                .get_info()
+                .await
+                .map_err(|e| e.to_string())?
+                .state
+                .first_sequence;
             let messages = consumer.messages().await.map_err(|e| e.to_string())?;
             Ok::<_, String>((consumer, info, first, messages))
         };

@@ -49,7 +49,11 @@ pub fn read(body: &[u8]) -> Result<Reading, Rejection> {
     let mut prefixes = Vec::new();
     for place in places {
         match locate(place) {
-            Place::Table { bucket, namespace, table } => {
+            Place::Table {
+                bucket,
+                namespace,
+                table,
+            } => {
                 tables.push(LooseName::new(&[namespace.to_owned()], table));
                 prefixes.push(bucket.to_owned());
             }

@@ -6,9 +6,34 @@ use crate::config::Secret;
 
 /// Lakekeeper names warehouses by id; its REST prefix is that id unless a proxy maps it.
 pub const DEFAULT_PREFIX_TEMPLATE: &str = "{warehouse_id}";
-/// The JetStream durable consumer's name (one per tier: each event is taken by one replica,
-/// which invalidates the whole tier).
-pub const DEFAULT_NATS_CONSUMER: &str = "icecache";
+/// The JetStream durable consumer's name is `icecache-<hostname>` by default: each process
+/// must see every event (sidecars sharing one consumer would each get only some), and a
+/// process restarted on the same host resumes from its cursor.
+pub const DEFAULT_NATS_CONSUMER_STEM: &str = "icecache";
+/// A durable consumer nobody has read for this long is removed by the server (pods that are
+/// gone leave none behind).
+pub const NATS_CONSUMER_INACTIVE: Duration = Duration::from_secs(3600);
+
+/// `icecache-<hostname>`, the hostname reduced to what a consumer name may hold.
+pub fn default_nats_consumer() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    let host: String = host
+        .trim()
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    if host.is_empty() {
+        DEFAULT_NATS_CONSUMER_STEM.to_owned()
+    } else {
+        format!("{DEFAULT_NATS_CONSUMER_STEM}-{host}")
+    }
+}
 /// How often the NATS connection is pinged: the client gives up on a server after three
 /// unanswered pings, so a hung server is noticed within about two seconds (the client's
 /// default interval takes minutes).

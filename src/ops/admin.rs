@@ -18,7 +18,9 @@ where
     B::Error: Into<crate::wire::body::BoxError>,
 {
     match (request.method(), request.uri().path()) {
-        (&Method::POST, "/events/seaweedfs") if state.settings().events.seaweedfs_token.is_some() => {
+        (&Method::POST, "/events/seaweedfs")
+            if state.settings().events.seaweedfs_token.is_some() =>
+        {
             seaweedfs_event(&state, request).await
         }
         (&Method::GET, "/healthz") => text(StatusCode::OK, "ok\n"),
@@ -175,7 +177,13 @@ where
                 "the event is larger than icecache reads",
             )
         }
-        Err(e) => return refuse(Rejection::Malformed, StatusCode::BAD_REQUEST, &e.to_string()),
+        Err(e) => {
+            return refuse(
+                Rejection::Malformed,
+                StatusCode::BAD_REQUEST,
+                &e.to_string(),
+            )
+        }
     };
     match seaweedfs::read(&body) {
         Ok(seaweedfs::Reading::Unrelated(kind)) => {

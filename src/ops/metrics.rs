@@ -49,7 +49,10 @@ pub struct Metrics {
     pub events: super::event_metrics::EventMetrics,
 }
 
-pub(super) fn register<T: prometheus::core::Collector + Clone + 'static>(registry: &Registry, metric: T) -> T {
+pub(super) fn register<T: prometheus::core::Collector + Clone + 'static>(
+    registry: &Registry,
+    metric: T,
+) -> T {
     // Names and labels are constants: registration fails only on a programming error, which
     // every test would catch.
     registry
@@ -58,14 +61,24 @@ pub(super) fn register<T: prometheus::core::Collector + Clone + 'static>(registr
     metric
 }
 
-pub(super) fn counter_vec(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
+pub(super) fn counter_vec(
+    registry: &Registry,
+    name: &str,
+    help: &str,
+    labels: &[&str],
+) -> IntCounterVec {
     register(
         registry,
         IntCounterVec::new(Opts::new(name, help), labels).expect("a valid metric"),
     )
 }
 
-pub(super) fn histogram_vec(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> HistogramVec {
+pub(super) fn histogram_vec(
+    registry: &Registry,
+    name: &str,
+    help: &str,
+    labels: &[&str],
+) -> HistogramVec {
     // 100 µs to ~52 s: a local hit and a 250 MB metadata read both land in a bucket.
     let buckets = exponential_buckets(0.0001, 2.0, 20).expect("valid buckets");
     register(

@@ -178,7 +178,14 @@ impl Nats {
     pub async fn restart(&mut self) {
         let binary = std::env::var("ICECACHE_NATS_SERVER").unwrap_or_else(|_| "nats-server".into());
         let child = Command::new(&binary)
-            .args(["-a", "127.0.0.1", "-p", &self.port.to_string(), "-js", "-sd"])
+            .args([
+                "-a",
+                "127.0.0.1",
+                "-p",
+                &self.port.to_string(),
+                "-js",
+                "-sd",
+            ])
             .arg(&self.dir)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -206,18 +213,24 @@ impl Nats {
     /// Stops the server without closing its connections (SIGSTOP: a hung server).
     pub fn freeze(&self) {
         if let Some(child) = &self.child {
-            let _ = Command::new("kill").args(["-STOP", &child.id().to_string()]).status();
+            let _ = Command::new("kill")
+                .args(["-STOP", &child.id().to_string()])
+                .status();
         }
     }
 
     pub fn thaw(&self) {
         if let Some(child) = &self.child {
-            let _ = Command::new("kill").args(["-CONT", &child.id().to_string()]).status();
+            let _ = Command::new("kill")
+                .args(["-CONT", &child.id().to_string()])
+                .status();
         }
     }
 
     pub async fn client(&self) -> async_nats::Client {
-        async_nats::connect(self.url()).await.expect("a NATS client connects")
+        async_nats::connect(self.url())
+            .await
+            .expect("a NATS client connects")
     }
 }
 

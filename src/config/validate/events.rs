@@ -3,7 +3,7 @@
 use super::Problems;
 use crate::config::{RawEvents, Secret};
 use crate::events::settings::{
-    EventsSettings, NatsSettings, DEFAULT_NATS_CONSUMER, DEFAULT_PREFIX_TEMPLATE,
+    default_nats_consumer, EventsSettings, NatsSettings, DEFAULT_PREFIX_TEMPLATE,
 };
 
 pub(super) fn settings(raw: &RawEvents, p: &mut Problems) -> EventsSettings {
@@ -11,28 +11,29 @@ pub(super) fn settings(raw: &RawEvents, p: &mut Problems) -> EventsSettings {
         .fresh_for
         .as_deref()
         .map(|text| p.duration("events.fresh_for", Some(text), Default::default()));
-    let seaweedfs_token = raw.seaweedfs_token_file.as_ref().and_then(|path| {
-        match std::fs::read_to_string(path) {
-            Ok(text) if !text.trim().is_empty() => Some(Secret::new(text.trim().to_owned())),
-            Ok(_) => {
-                p.add(
-                    "events.seaweedfs_token_file",
-                    format!(
+    let seaweedfs_token =
+        raw.seaweedfs_token_file
+            .as_ref()
+            .and_then(|path| match std::fs::read_to_string(path) {
+                Ok(text) if !text.trim().is_empty() => Some(Secret::new(text.trim().to_owned())),
+                Ok(_) => {
+                    p.add(
+                        "events.seaweedfs_token_file",
+                        format!(
                         "{} is empty: put the bearer_token of SeaweedFS's notification.toml in it",
                         path.display()
                     ),
-                );
-                None
-            }
-            Err(e) => {
-                p.add(
-                    "events.seaweedfs_token_file",
-                    format!("cannot read {}: {e}", path.display()),
-                );
-                None
-            }
-        }
-    });
+                    );
+                    None
+                }
+                Err(e) => {
+                    p.add(
+                        "events.seaweedfs_token_file",
+                        format!("cannot read {}: {e}", path.display()),
+                    );
+                    None
+                }
+            });
     let nats = nats(raw, p);
     let settings = EventsSettings {
         fresh_for,
@@ -89,7 +90,7 @@ fn nats(raw: &RawEvents, p: &mut Problems) -> Option<NatsSettings> {
     let consumer = raw
         .nats_consumer
         .clone()
-        .unwrap_or_else(|| DEFAULT_NATS_CONSUMER.to_owned());
+        .unwrap_or_else(default_nats_consumer);
     if consumer.is_empty() || !consumer.chars().all(word) {
         p.add(
             "events.nats_consumer",
@@ -114,4 +115,118 @@ fn nats(raw: &RawEvents, p: &mut Problems) -> Option<NatsSettings> {
         consumer,
         prefix_template,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::{with_upstream, RawEvents, RawSettings, Settings};
+
+    fn with(events: RawEvents) -> Result<Settings, String> {
+        Settings::try_from(RawSettings {
+            events,
+            ..with_upstream()
+        })
+        .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn no_events_by_default() {
+        let settings = with(RawEvents::default()).unwrap();
+        assert!(!settings.events.any_source());
+        assert_eq!(settings.events.fresh_for, None);
+    }
+
+    #[test]
+    fn a_long_window_without_a_source_is_refused() {
+        let error = with(RawEvents {
+            fresh_for: Some("300s".into()),
+            ..Default::default()
+        })
+        .unwrap_err();
+        assert!(error.contains("events.fresh_for"), "{error}");
+    }
+
+    #[test]
+    fn a_window_shorter_than_cache_fresh_for_is_refused() {
+        let error = Settings::try_from(RawSettings {
+            events: RawEvents {
+                fresh_for: Some("1s".into()),
+                nats_url: Some("nats://127.0.0.1:4222".into()),
+                nats_subject: Some("lakekeeper".into()),
+                ..Default::default()
+            },
+            ..with_upstream()
+        })
+        .map_err(|e| e.to_string())
+        .unwrap_err();
+        assert!(error.contains("at least cache.fresh_for"), "{error}");
+    }
+
+    #[test]
+    fn nats_needs_a_subject_and_a_nats_url() {
+        let error = with(RawEvents {
+            nats_url: Some("http://127.0.0.1:4222".into()),
+            ..Default::default()
+        })
+        .unwrap_err();
+        assert!(error.contains("events.nats_url"), "{error}");
+        assert!(error.contains("events.nats_subject"), "{error}");
+    }
+
+    #[test]
+    fn nats_settings_without_a_url_are_refused() {
+        let error = with(RawEvents {
+            nats_stream: Some("s".into()),
+            ..Default::default()
+        })
+        .unwrap_err();
+        assert!(error.contains("events.nats_stream"), "{error}");
+    }
+
+    #[test]
+    fn a_template_must_name_the_warehouse() {
+        let error = with(RawEvents {
+            nats_url: Some("nats://127.0.0.1:4222".into()),
+            nats_subject: Some("lakekeeper".into()),
+            prefix_template: Some("warehouse".into()),
+            ..Default::default()
+        })
+        .unwrap_err();
+        assert!(error.contains("{warehouse_id}"), "{error}");
+    }
+
+    #[test]
+    fn a_missing_or_empty_token_file_is_refused() {
+        let missing = with(RawEvents {
+            seaweedfs_token_file: Some("/nonexistent/token".into()),
+            ..Default::default()
+        })
+        .unwrap_err();
+        assert!(missing.contains("events.seaweedfs_token_file"), "{missing}");
+        let empty =
+            std::env::temp_dir().join(format!("icecache-empty-token-{}", std::process::id()));
+        std::fs::write(&empty, "\n").unwrap();
+        let error = with(RawEvents {
+            seaweedfs_token_file: Some(empty.clone()),
+            ..Default::default()
+        })
+        .unwrap_err();
+        std::fs::remove_file(&empty).unwrap();
+        assert!(error.contains("is empty"), "{error}");
+    }
+
+    #[test]
+    fn the_default_consumer_is_this_hosts() {
+        let settings = with(RawEvents {
+            nats_url: Some("nats://127.0.0.1:4222".into()),
+            nats_subject: Some("lakekeeper".into()),
+            ..Default::default()
+        })
+        .unwrap();
+        let consumer = settings.events.nats.unwrap().consumer;
+        assert!(consumer.starts_with("icecache"), "{consumer}");
+        assert!(consumer
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "_-".contains(c)));
+    }
 }
