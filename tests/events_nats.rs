@@ -250,8 +250,11 @@ async fn a_disconnect_ends_the_long_window_and_a_reconnect_starts_a_new_one() {
         "HIT",
         "the long window"
     );
+    let held = entries(&icecache).await;
     nats.kill();
     wait_source_up(&icecache, 0.0, Duration::from_secs(3)).await;
+    // Nothing is removed (no refill storm): entries only lose the long window.
+    assert_eq!(entries(&icecache).await, held);
     // The entry is past cache.fresh_for: without a live source it is asked for again.
     assert_ne!(load(&api, &icecache, &namespace, &table).await.1, "HIT");
     nats.restart().await;
@@ -266,6 +269,53 @@ async fn a_disconnect_ends_the_long_window_and_a_reconnect_starts_a_new_one() {
     );
     // Filled while live again (once the entry filled while degraded has gone stale): it earns
     // the long window anew.
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    assert_eq!(
+        load(&api, &icecache, &namespace, &table).await.1,
+        "REVALIDATED"
+    );
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    assert_eq!(load(&api, &icecache, &namespace, &table).await.1, "HIT");
+}
+
+async fn entries(icecache: &Icecache) -> u64 {
+    let stats = support::get_json(&format!("{}/cache/stats", icecache.admin)).await;
+    stats["entries"].as_u64().expect("an entry count")
+}
+
+#[tokio::test]
+async fn a_source_starts_degraded_and_is_live_once_subscribed() {
+    // No server yet: icecache starts, serves, and does not trust events.
+    let mut nats = Nats::not_started();
+    let url = nats.url();
+    let icecache = Icecache::start(
+        &catalog(),
+        &[
+            "--events-nats-url",
+            &url,
+            "--events-nats-subject",
+            SUBJECT,
+            "--events-fresh-for",
+            "300s",
+            "--fresh-for",
+            "1s",
+        ],
+    )
+    .await;
+    let stats = support::get_json(&format!("{}/cache/stats", icecache.admin)).await;
+    assert_eq!(stats["event_sources"]["nats"], "degraded");
+    let api = Api::new(&catalog()).await;
+    let (namespace, table) = api.fresh_table("lk").await;
+    assert_eq!(load(&api, &icecache, &namespace, &table).await.1, "MISS");
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    assert_eq!(
+        load(&api, &icecache, &namespace, &table).await.1,
+        "REVALIDATED"
+    );
+    nats.restart().await;
+    wait_source_up(&icecache, 1.0, Duration::from_secs(10)).await;
+    let stats = support::get_json(&format!("{}/cache/stats", icecache.admin)).await;
+    assert_eq!(stats["event_sources"]["nats"], "live");
     tokio::time::sleep(Duration::from_millis(1200)).await;
     assert_eq!(
         load(&api, &icecache, &namespace, &table).await.1,

@@ -106,6 +106,22 @@ impl Liveness {
         tracing::warn!(source = source.as_str(), why, "events lost");
     }
 
+    /// Each configured source and whether it is live, for `/cache/stats`.
+    pub fn describe(&self) -> serde_json::Value {
+        self.sources
+            .iter()
+            .map(|(source, live)| {
+                let state = if live.load(Ordering::Acquire) {
+                    "live"
+                } else {
+                    "degraded"
+                };
+                (source.as_str().to_owned(), serde_json::Value::from(state))
+            })
+            .collect::<serde_json::Map<_, _>>()
+            .into()
+    }
+
     fn flag(&self, source: SourceId) -> Option<&AtomicBool> {
         self.sources
             .iter()

@@ -113,6 +113,7 @@ fn stats(state: &State) -> Response<Body> {
         "bypasses": m.totals(Totals::Bypasses, "reason"),
         "evictions": m.totals(Totals::Evictions, "cause"),
         "invalidations": m.totals(Totals::Invalidations, "reason"),
+        "event_sources": state.events.describe(),
     }))
 }
 
@@ -152,7 +153,11 @@ where
         if rejection.loses_an_event() {
             state.events.gap(SourceId::SeaweedFs, rejection.as_str());
         }
-        iceberg_error(status, "BadRequestException", message)
+        let kind = match status {
+            StatusCode::UNAUTHORIZED => "NotAuthorizedException",
+            _ => "BadRequestException",
+        };
+        iceberg_error(status, kind, message)
     };
     if !authorised_now {
         return refuse(

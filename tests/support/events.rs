@@ -161,13 +161,18 @@ pub struct Nats {
 
 impl Nats {
     pub async fn start() -> Nats {
-        let mut nats = Nats {
+        let mut nats = Nats::not_started();
+        nats.restart().await;
+        nats
+    }
+
+    /// A port where no server runs yet (`restart` starts one there).
+    pub fn not_started() -> Nats {
+        Nats {
             child: None,
             dir: std::env::temp_dir().join(unique("nats")),
             port: free_port(),
-        };
-        nats.restart().await;
-        nats
+        }
     }
 
     pub fn url(&self) -> String {
