@@ -20,14 +20,7 @@ impl Cache {
 
     /// Invalidates what a write touched in this replica; returns how many entries went.
     pub fn invalidate(&self, touched: &Touched, reason: &str) -> usize {
-        let removed = match touched {
-            Touched::Tables(tables) => tables.iter().map(|t| self.store.invalidate(t)).sum(),
-            Touched::Namespace(namespace) => self.store.invalidate_where(|t| t.is_in(namespace)),
-            Touched::Everything => self.store.invalidate_where(|_| true),
-            Touched::Nothing => return 0,
-        };
-        self.metrics.invalidation(reason);
-        removed
+        self.invalidate_within(None, touched, reason)
     }
 
     /// Invalidates what a catalog event touched in the warehouses it names (every one if it
@@ -44,7 +37,7 @@ impl Cache {
         } else {
             prefixes
                 .iter()
-                .map(|prefix| self.invalidate_in(prefix, touched, reason))
+                .map(|prefix| self.invalidate_within(Some(prefix), touched, reason))
                 .sum()
         };
         if let Some(cluster) = &self.cluster {
@@ -53,16 +46,17 @@ impl Cache {
         removed
     }
 
-    fn invalidate_in(&self, prefix: &str, touched: &Touched, reason: &str) -> usize {
+    /// `within` None: under every prefix; Some: under that prefix and under none.
+    fn invalidate_within(&self, within: Option<&str>, touched: &Touched, reason: &str) -> usize {
         let removed = match touched {
             Touched::Tables(tables) => tables
                 .iter()
-                .map(|t| self.store.invalidate_in(prefix, t))
+                .map(|t| self.store.invalidate(t, within))
                 .sum(),
-            Touched::Namespace(namespace) => self
-                .store
-                .invalidate_in_where(prefix, |t| t.is_in(namespace)),
-            Touched::Everything => self.store.invalidate_in_where(prefix, |_| true),
+            Touched::Namespace(namespace) => {
+                self.store.invalidate_where(|t| t.is_in(namespace), within)
+            }
+            Touched::Everything => self.store.invalidate_where(|_| true, within),
             Touched::Nothing => return 0,
         };
         self.metrics.invalidation(reason);

@@ -102,14 +102,38 @@ impl Store {
         });
     }
 
-    /// Invalidates every entry of one (loose) table: all spellings, snapshot and delegation
-    /// modes and scopes. Returns how many entries were removed.
-    pub fn invalidate(&self, table: &LooseName) -> usize {
+    /// Invalidates the entries of one (loose) table: all spellings, snapshot and delegation
+    /// modes and scopes, under every prefix (`within` None: a write, a purge) or under one and
+    /// under none (`within` Some: a catalog's event for one warehouse). Returns how many
+    /// entries were removed.
+    pub fn invalidate(&self, table: &LooseName, within: Option<&str>) -> usize {
         let Some(state) = self.tables.get(table).map(|s| s.value().clone()) else {
             return 0;
         };
-        state.bump();
-        let keys = std::mem::take(&mut *state.keys());
+        let keys: Vec<CacheKey> = match within.map(str::to_lowercase) {
+            None => {
+                state.bump();
+                std::mem::take(&mut *state.keys()).into_iter().collect()
+            }
+            Some(prefix) => {
+                state.bump_prefix(&prefix);
+                let mut keys = state.keys();
+                let reached: Vec<CacheKey> = keys
+                    .iter()
+                    .filter(|k| {
+                        k.table
+                            .prefix
+                            .as_deref()
+                            .is_none_or(|p| p.to_lowercase() == prefix)
+                    })
+                    .cloned()
+                    .collect();
+                for key in &reached {
+                    keys.remove(key);
+                }
+                reached
+            }
+        };
         for key in &keys {
             self.entries.invalidate(key);
         }
@@ -118,55 +142,20 @@ impl Store {
         keys.len()
     }
 
-    /// Invalidates every table that `matches`. Walks the index, which holds exactly the
+    /// `invalidate` for every table that `matches`. Walks the index, which holds exactly the
     /// tables with entries or fills in flight.
-    pub fn invalidate_where(&self, matches: impl Fn(&LooseName) -> bool) -> usize {
-        let tables = self.tables_where(matches);
-        tables.iter().map(|t| self.invalidate(t)).sum()
-    }
-
-    fn tables_where(&self, matches: impl Fn(&LooseName) -> bool) -> Vec<LooseName> {
-        self.tables
+    pub fn invalidate_where(
+        &self,
+        matches: impl Fn(&LooseName) -> bool,
+        within: Option<&str>,
+    ) -> usize {
+        let tables: Vec<LooseName> = self
+            .tables
             .iter()
             .filter(|t| matches(t.key()))
             .map(|t| t.key().clone())
-            .collect()
-    }
-
-    /// Invalidates the entries of one (loose) table under one prefix (and under no prefix):
-    /// what a catalog's event for one warehouse reaches. Returns how many were removed.
-    pub fn invalidate_in(&self, prefix: &str, table: &LooseName) -> usize {
-        let Some(state) = self.tables.get(table).map(|s| s.value().clone()) else {
-            return 0;
-        };
-        let prefix = prefix.to_lowercase();
-        state.bump_prefix(&prefix);
-        let reached = |key: &CacheKey| {
-            key.table
-                .prefix
-                .as_deref()
-                .is_none_or(|p| p.to_lowercase() == prefix)
-        };
-        let keys: Vec<CacheKey> = {
-            let mut keys = state.keys();
-            let matching: Vec<CacheKey> = keys.iter().filter(|k| reached(k)).cloned().collect();
-            for key in &matching {
-                keys.remove(key);
-            }
-            matching
-        };
-        for key in &keys {
-            self.entries.invalidate(key);
-        }
-        drop(state);
-        self.prune(table);
-        keys.len()
-    }
-
-    /// `invalidate_in` for every table that `matches`.
-    pub fn invalidate_in_where(&self, prefix: &str, matches: impl Fn(&LooseName) -> bool) -> usize {
-        let tables = self.tables_where(matches);
-        tables.iter().map(|t| self.invalidate_in(prefix, t)).sum()
+            .collect();
+        tables.iter().map(|t| self.invalidate(t, within)).sum()
     }
 
     /// Entry count and weighted bytes, after moka has applied pending evictions.

@@ -37,8 +37,23 @@ pub struct Weed {
     pub iceberg: String,
 }
 
+/// One SeaweedFS starts at a time: each binds eleven ports picked free a moment before, and
+/// several starting together (with their own connections taking ephemeral ports) collide.
+static STARTING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 impl Weed {
     pub async fn start(webhook: Option<(&str, &str)>) -> Weed {
+        let _one_at_a_time = STARTING.lock().await;
+        // A port taken between picking and binding makes weed exit: try other ports.
+        for _ in 0..3 {
+            if let Some(weed) = Weed::try_start(webhook).await {
+                return weed;
+            }
+        }
+        panic!("weed mini did not start on three sets of ports");
+    }
+
+    async fn try_start(webhook: Option<(&str, &str)>) -> Option<Weed> {
         let dir = std::env::temp_dir().join(unique("weed"));
         std::fs::create_dir_all(dir.join("data")).expect("weed directory");
         if let Some((url, token)) = webhook {
@@ -53,8 +68,9 @@ impl Weed {
         }
         let iceberg = free_port();
         let port = |name: &str| format!("-{name}={}", free_port());
-        let weed = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".test-env/venv/bin/weed");
-        let child = Command::new(weed)
+        let binary = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".test-env/venv/bin/weed");
+        let log = std::fs::File::create(dir.join("weed.log")).expect("weed log");
+        let child = Command::new(binary)
             .current_dir(&dir)
             .env("AWS_ACCESS_KEY_ID", "admin")
             .env("AWS_SECRET_ACCESS_KEY", "adminsecret")
@@ -86,34 +102,40 @@ impl Weed {
                 .map(port),
             )
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(log)
             .spawn()
             .expect("weed starts (scripts/test-env.sh installs it)");
-        let weed = Weed {
+        let mut weed = Weed {
             child,
             dir,
             iceberg: format!("http://127.0.0.1:{iceberg}"),
         };
-        weed.wait_ready().await;
-        weed
+        weed.wait_ready().await.then_some(weed)
     }
 
-    async fn wait_ready(&self) {
+    /// Whether the catalog serves within 30 s; false at once if weed exits.
+    async fn wait_ready(&mut self) -> bool {
         let client = reqwest::Client::new();
-        for _ in 0..240 {
-            if let Ok(api) = tokio::time::timeout(Duration::from_secs(2), self.api()).await {
+        let start = std::time::Instant::now();
+        while start.elapsed() < Duration::from_secs(30) {
+            if self.child.try_wait().ok().flatten().is_some() {
+                return false;
+            }
+            if let Ok(api) = tokio::time::timeout(Duration::from_secs(1), self.api()).await {
                 let listed = client
                     .get(format!("{}/namespaces", api.base))
                     .bearer_auth(&api.token)
+                    .timeout(Duration::from_secs(1))
                     .send()
                     .await;
                 if listed.is_ok_and(|r| r.status().is_success()) {
-                    return;
+                    return true;
                 }
             }
-            tokio::time::sleep(Duration::from_millis(250)).await;
+            tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        panic!("weed mini did not serve its catalog within a minute");
+        let log = std::fs::read_to_string(self.dir.join("weed.log")).unwrap_or_default();
+        panic!("weed mini did not serve its catalog within 30 s; its log:\n{log}");
     }
 
     /// A client of this SeaweedFS's catalog itself (writes that bypass icecache).
@@ -161,9 +183,14 @@ pub struct Nats {
 
 impl Nats {
     pub async fn start() -> Nats {
-        let mut nats = Nats::not_started();
-        nats.restart().await;
-        nats
+        // A port taken between picking and binding makes the server exit: try another.
+        for _ in 0..3 {
+            let mut nats = Nats::not_started();
+            if nats.try_spawn().await {
+                return nats;
+            }
+        }
+        panic!("nats-server did not start on three ports");
     }
 
     /// A port where no server runs yet (`restart` starts one there).
@@ -181,6 +208,14 @@ impl Nats {
 
     /// Starts the server (again) on its port, with the same JetStream store.
     pub async fn restart(&mut self) {
+        assert!(
+            self.try_spawn().await,
+            "nats-server did not listen on {}",
+            self.port
+        );
+    }
+
+    async fn try_spawn(&mut self) -> bool {
         let binary = std::env::var("ICECACHE_NATS_SERVER").unwrap_or_else(|_| "nats-server".into());
         let child = Command::new(&binary)
             .args([
@@ -201,11 +236,19 @@ impl Nats {
         self.child = Some(child);
         for _ in 0..400 {
             if std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
-                return;
+                return true;
+            }
+            let exited = self
+                .child
+                .as_mut()
+                .is_some_and(|c| c.try_wait().ok().flatten().is_some());
+            if exited {
+                self.child = None;
+                return false;
             }
             tokio::time::sleep(Duration::from_millis(25)).await;
         }
-        panic!("nats-server did not listen on {}", self.port);
+        false
     }
 
     pub fn kill(&mut self) {
