@@ -282,7 +282,13 @@ async fn a_thousand_unreadable_messages_invalidate_nothing_and_end_the_long_wind
                 .into_bytes(),
             3 => format!(r#"{{"key":"{key}","key":"/x","event_type":"update"}}"#).into_bytes(),
             _ if n == 4 => oversized.clone(),
-            _ => vec![0xff, 0xfe, 0x00],
+            // A filer event but for a byte that is not UTF-8, in a member icecache ignores.
+            _ => format!(r#"{{"key":"{key}","event_type":"update","message":{{"x":"@"}}}}"#)
+                .replace('@', "\u{1}")
+                .into_bytes()
+                .into_iter()
+                .map(|b| if b == 1 { 0xff } else { b })
+                .collect(),
         };
         let sent = reqwest::Client::new()
             .post(format!("{}/events/seaweedfs", icecache.admin))

@@ -37,7 +37,9 @@ pub struct Event {
 }
 
 pub fn read(body: &[u8], prefix_template: &str) -> Result<Event, Rejection> {
-    let event: CloudEvent = serde_json::from_slice(body).map_err(|_| Rejection::Malformed)?;
+    // JSON is UTF-8 throughout; the parser checks only the strings it keeps.
+    let text = std::str::from_utf8(body).map_err(|_| Rejection::Malformed)?;
+    let event: CloudEvent = serde_json::from_str(text).map_err(|_| Rejection::Malformed)?;
     if event.specversion.as_deref().is_some_and(|v| v != "1.0") {
         return Err(Rejection::Malformed);
     }
@@ -154,6 +156,13 @@ mod tests {
             read(nameless.as_bytes(), "{warehouse_id}"),
             Err(Rejection::Malformed)
         );
+        let not_utf8 = UPDATE
+            .replace("anonymous", "\u{fffd}")
+            .replace('\u{fffd}', "\u{1}");
+        let mut bytes = not_utf8.into_bytes();
+        let at = bytes.iter().position(|b| *b == 1).unwrap();
+        bytes[at] = 0xff;
+        assert_eq!(read(&bytes, "{warehouse_id}"), Err(Rejection::Malformed));
         let twice = UPDATE.replace(r#""name":"t1""#, r#""name":"t1","name":"t2""#);
         assert_eq!(
             read(twice.as_bytes(), "{warehouse_id}"),

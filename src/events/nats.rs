@@ -1,9 +1,9 @@
 //! Lakekeeper's events on NATS: a plain subscription (at most once, like Lakekeeper's own
 //! publishing), or with `nats_stream` a JetStream durable consumer that resumes from its
-//! stored cursor. The connection is pinged every second, so a hung server is noticed within
-//! about three; a disconnect makes the source Degraded until it is subscribed again (and, on
-//! JetStream, caught up). A slow consumer (messages dropped by the client) and a hole in the
-//! stream's sequence are gaps.
+//! stored cursor. The connection is pinged often (`NATS_PING_INTERVAL`), so a hung server is
+//! noticed within about two seconds; a disconnect makes the source Degraded until it is
+//! subscribed again (and, on JetStream, caught up). A slow consumer (messages the client
+//! dropped) and a hole in the stream's sequence are gaps.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -76,18 +76,14 @@ impl Subscriber {
         }
     }
 
-    /// Whether a connection event leaves the subscription intact; marks the source.
-    fn connection_changed(&self, event: &async_nats::Event) -> bool {
+    /// Marks the source after a connection event other than `Connected`.
+    fn connection_changed(&self, event: &async_nats::Event) {
         match event {
             async_nats::Event::Disconnected | async_nats::Event::Closed => {
                 self.liveness.down(SOURCE, "disconnected");
-                false
             }
-            async_nats::Event::SlowConsumer(_) => {
-                self.liveness.gap(SOURCE, "slow_consumer");
-                true
-            }
-            _ => true,
+            async_nats::Event::SlowConsumer(_) => self.liveness.gap(SOURCE, "slow_consumer"),
+            _ => {}
         }
     }
 

@@ -30,7 +30,9 @@ struct Message {
 }
 
 pub fn read(body: &[u8]) -> Result<Reading, Rejection> {
-    let message: Message = serde_json::from_slice(body).map_err(|_| Rejection::Malformed)?;
+    // JSON is UTF-8 throughout; the parser checks only the strings it keeps.
+    let text = std::str::from_utf8(body).map_err(|_| Rejection::Malformed)?;
+    let message: Message = serde_json::from_str(text).map_err(|_| Rejection::Malformed)?;
     let kind = match message.event_type.as_str() {
         "create" => "create",
         "update" => "update",
@@ -192,6 +194,9 @@ mod tests {
     fn what_cannot_be_read_is_rejected_by_reason() {
         assert_eq!(read(b"{not json"), Err(Rejection::Malformed));
         assert_eq!(read(b"{\"key\": 5}"), Err(Rejection::Malformed));
+        let mut not_utf8 = event("update", "/buckets/w/a/b");
+        not_utf8.splice(1..1, b"\"x\":\"\xff\",".iter().copied());
+        assert_eq!(read(&not_utf8), Err(Rejection::Malformed));
         assert_eq!(
             read(&event("truncate", "/buckets/w/a/b")),
             Err(Rejection::UnknownType)
