@@ -47,6 +47,8 @@ subprocess.run(["callgrind_control", "-d", pid], capture_output=True, check=True
 PY
 sleep 0.5
 kill "$VPID"; wait "$VPID" 2>/dev/null || true
+# CALLGRIND_KEEP=DIR keeps the profiles (callgrind_annotate --inclusive=yes DIR/cg.out*).
+if [ -n "${CALLGRIND_KEEP:-}" ]; then mkdir -p "$CALLGRIND_KEEP" && cp "$WORK"/cg.out* "$CALLGRIND_KEEP"/; fi
 TOTAL=0
 for f in "$WORK"/cg.out*; do
   T=$(callgrind_annotate "$f" 2>/dev/null | awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1}')

@@ -58,19 +58,59 @@ impl IdentityHasher {
     /// The scope of a request: its identifying headers, absent ones being part of the
     /// identity too.
     pub fn scope(&self, headers: &HeaderMap) -> Scope {
-        let mut hasher = blake3::Hasher::new_keyed(&self.key);
-        for name in &self.headers {
-            hasher.update(&[0xff]);
-            for value in headers.get_all(name) {
-                // Length-prefixed so that no two header lists hash the same bytes.
-                hasher.update(&u64::try_from(value.len()).unwrap_or(u64::MAX).to_le_bytes());
-                hasher.update(value.as_bytes());
+        RECENT.with(|recent| {
+            let mut recent = recent.borrow_mut();
+            let Recent { input, seen, next } = &mut *recent;
+            input.clear();
+            input.extend_from_slice(&self.key);
+            for name in &self.headers {
+                input.push(0xff);
+                for value in headers.get_all(name) {
+                    // Length-prefixed so that no two header lists hash the same bytes.
+                    let length = u64::try_from(value.len()).unwrap_or(u64::MAX);
+                    input.extend_from_slice(&length.to_le_bytes());
+                    input.extend_from_slice(value.as_bytes());
+                }
             }
-        }
-        let mut scope = [0u8; 16];
-        scope.copy_from_slice(&hasher.finalize().as_bytes()[..16]);
-        Scope(scope)
+            // The same bytes under the same key hash the same: a keep-alive connection sends
+            // one token again and again, and the hash costs more than the rest of a hit.
+            if let Some((_, scope)) = seen.iter().find(|(bytes, _)| bytes == input) {
+                return *scope;
+            }
+            let hash = blake3::keyed_hash(&self.key, &input[self.key.len()..]);
+            let mut scope = [0u8; 16];
+            scope.copy_from_slice(&hash.as_bytes()[..16]);
+            let scope = Scope(scope);
+            if input.len() <= MAX_REMEMBERED_BYTES {
+                let slot = (input.clone(), scope);
+                if seen.len() < REMEMBERED {
+                    seen.push(slot);
+                } else {
+                    seen[*next] = slot;
+                    *next = (*next + 1) % REMEMBERED;
+                }
+            }
+            scope
+        })
     }
+}
+
+/// How many recent credential lists each worker thread remembers the scope of, and the
+/// longest it remembers (a few tokens per thread are the common case; a large cookie is not).
+const REMEMBERED: usize = 4;
+const MAX_REMEMBERED_BYTES: usize = 4096;
+
+/// A worker thread's recent scopes, each under the key and header bytes it was made from.
+#[derive(Default)]
+struct Recent {
+    /// This request's key and header bytes (reused, so that no request allocates for it).
+    input: Vec<u8>,
+    seen: Vec<(Vec<u8>, Scope)>,
+    next: usize,
+}
+
+thread_local! {
+    static RECENT: std::cell::RefCell<Recent> = std::cell::RefCell::new(Recent::default());
 }
 
 /// The default identifying headers plus the configured ones, without repeats.
@@ -147,5 +187,36 @@ mod tests {
         let two = IdentityHasher::random(identity_headers(&[])).unwrap();
         let h = with_auth(Some("Bearer a"));
         assert_ne!(one.scope(&h), two.scope(&h));
+    }
+
+    #[test]
+    fn a_remembered_scope_is_the_scope_the_hash_gives() {
+        let one = IdentityHasher::with_key([1; 32], identity_headers(&[]));
+        let other = IdentityHasher::with_key([2; 32], identity_headers(&[]));
+        // More tokens than a thread remembers, asked in turn, each twice, under two keys.
+        let tokens: Vec<String> = (0..REMEMBERED + 3)
+            .map(|n| format!("Bearer t{n}"))
+            .collect();
+        let fresh = |hasher: &IdentityHasher, token: &str| {
+            let hash = blake3::keyed_hash(
+                &hasher.key,
+                &[
+                    &[0xffu8][..],
+                    &(token.len() as u64).to_le_bytes(),
+                    token.as_bytes(),
+                    &[0xff, 0xff],
+                ]
+                .concat(),
+            );
+            Scope(hash.as_bytes()[..16].try_into().unwrap())
+        };
+        for _ in 0..2 {
+            for token in &tokens {
+                let headers = with_auth(Some(token));
+                assert_eq!(one.scope(&headers), fresh(&one, token));
+                assert_eq!(other.scope(&headers), fresh(&other, token));
+                assert_ne!(one.scope(&headers), other.scope(&headers));
+            }
+        }
     }
 }

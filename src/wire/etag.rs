@@ -30,8 +30,13 @@ pub fn if_none_match_matches<'a>(
     fields: impl IntoIterator<Item = &'a HeaderValue>,
     current: &HeaderValue,
 ) -> bool {
-    let current = opaque_tag(current.as_bytes());
+    let exact = current.as_bytes();
+    let current = opaque_tag(exact);
     fields.into_iter().any(|field| {
+        // The common case, a client sending back the tag it was given, needs no parsing.
+        if current.is_some() && field.as_bytes() == exact {
+            return true;
+        }
         let Ok(text) = std::str::from_utf8(field.as_bytes()) else {
             return false;
         };
