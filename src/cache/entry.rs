@@ -86,7 +86,9 @@ pub struct TableState {
     generation: AtomicU64,
     /// Moves with every prefix generation: while it has not, a ticket need not read them.
     scoped: AtomicU64,
-    prefixes: Mutex<HashMap<String, u64>>,
+    /// Generations by a hash of the lower-cased prefix (two prefixes sharing a hash share a
+    /// generation: more invalidation, never less); created on the first event for the table.
+    prefixes: Mutex<Option<HashMap<u64, u64>>>,
     keys: Mutex<std::collections::HashSet<CacheKey>>,
 }
 
@@ -99,20 +101,24 @@ impl TableState {
         self.generation.fetch_add(1, Ordering::AcqRel);
     }
 
-    /// Moves the generation of `prefix` (lower-cased) and of paths without one.
+    /// Moves the generation of `prefix` (in any case) and of paths without one.
     pub fn bump_prefix(&self, prefix: &str) {
         let mut prefixes = self.prefixes();
-        for scope in [prefix, NO_PREFIX] {
-            *prefixes.entry(scope.to_owned()).or_default() += 1;
+        let prefixes = prefixes.get_or_insert_with(HashMap::new);
+        for scope in [prefix_hash(Some(prefix)), prefix_hash(None)] {
+            *prefixes.entry(scope).or_default() += 1;
         }
         self.scoped.fetch_add(1, Ordering::AcqRel);
     }
 
-    fn prefix_generation(&self, prefix: &str) -> u64 {
-        self.prefixes().get(prefix).copied().unwrap_or(0)
+    fn prefix_generation(&self, prefix: u64) -> u64 {
+        self.prefixes()
+            .as_ref()
+            .and_then(|p| p.get(&prefix).copied())
+            .unwrap_or(0)
     }
 
-    fn prefixes(&self) -> MutexGuard<'_, HashMap<String, u64>> {
+    fn prefixes(&self) -> MutexGuard<'_, Option<HashMap<u64, u64>>> {
         // One insert or read at a time: a poisoned lock is still sound.
         self.prefixes.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -124,8 +130,22 @@ impl TableState {
     }
 }
 
-/// The scope of paths without a prefix in `TableState::prefixes`.
-const NO_PREFIX: &str = "";
+/// A prefix (or its absence) as `TableState::prefixes` keys it: a hash of its lower-cased
+/// characters, made without allocating (a ticket is taken on every fill).
+fn prefix_hash(prefix: Option<&str>) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    match prefix {
+        None => 0u8.hash(&mut hasher),
+        Some(prefix) => {
+            1u8.hash(&mut hasher);
+            for c in prefix.chars().flat_map(char::to_lowercase) {
+                c.hash(&mut hasher);
+            }
+        }
+    }
+    hasher.finish()
+}
 
 /// What a fill holds while it asks the catalog: its table's state as it was before the
 /// request. An answer is current only while the generation has not moved, nor the generation
@@ -135,8 +155,8 @@ pub struct FillTicket {
     pub table: Arc<TableState>,
     pub generation: u64,
     scoped: u64,
-    /// The key's prefix, lower-cased (empty: none), and its generation then.
-    prefix: Arc<str>,
+    /// The key's prefix (`prefix_hash`) and its generation then.
+    prefix: u64,
     prefix_generation: u64,
     /// The events epoch it was taken in, if every event source was live then: the entry may
     /// be served for `events.fresh_for` while that epoch lasts.
@@ -145,12 +165,12 @@ pub struct FillTicket {
 
 impl FillTicket {
     pub fn new(table: Arc<TableState>, prefix: Option<&str>, events: Option<u64>) -> FillTicket {
-        let prefix: Arc<str> = prefix.map_or(NO_PREFIX.into(), |p| p.to_lowercase().into());
+        let prefix = prefix_hash(prefix);
         // The scoped count first: a bump between the two reads then shows as a move.
         let scoped = table.scoped.load(Ordering::Acquire);
         FillTicket {
             generation: table.generation(),
-            prefix_generation: table.prefix_generation(&prefix),
+            prefix_generation: table.prefix_generation(prefix),
             scoped,
             prefix,
             events,
@@ -161,7 +181,7 @@ impl FillTicket {
     pub fn is_current(&self) -> bool {
         self.table.generation() == self.generation
             && (self.table.scoped.load(Ordering::Acquire) == self.scoped
-                || self.table.prefix_generation(&self.prefix) == self.prefix_generation)
+                || self.table.prefix_generation(self.prefix) == self.prefix_generation)
     }
 }
 
