@@ -43,7 +43,7 @@ async fn exported_metrics() -> BTreeSet<String> {
     let redis = Redis::start().await;
     let tier = Tier::start(1, &upstream, &redis, &[]).await;
     // Both event sources configured (neither reachable: they stay degraded).
-    let token = support::events::TokenFile::new("t");
+    let token = support::events::token_file("t");
     let nats = format!("nats://127.0.0.1:{}", free_port());
     let events = Icecache::start(
         &upstream,

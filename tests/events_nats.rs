@@ -116,6 +116,20 @@ async fn commit(api: &Api, namespace: &str, table: &str, n: usize) -> String {
     body["metadata-location"].as_str().unwrap().to_owned()
 }
 
+/// NATS, an icecache that keeps entries 300 s whether or not events arrive (so only an event
+/// shows a commit), a publisher and a client of the catalog.
+async fn long_window() -> (Nats, Icecache, async_nats::Client, Api) {
+    let nats = Nats::start().await;
+    let icecache = icecache(
+        &nats,
+        &["--events-fresh-for", "300s", "--fresh-for", "300s"],
+    )
+    .await;
+    let publisher = nats.client().await;
+    let api = Api::new(&catalog()).await;
+    (nats, icecache, publisher, api)
+}
+
 /// A table in a two-level namespace `a.b` (`a%1Fb` in a path).
 async fn two_level_table(api: &Api) -> (String, String, String) {
     let top = unique("lk");
@@ -133,14 +147,7 @@ async fn two_level_table(api: &Api) -> (String, String, String) {
 
 #[tokio::test]
 async fn an_update_on_nats_is_applied_within_20ms_p99_in_both_namespace_encodings() {
-    let nats = Nats::start().await;
-    let icecache = icecache(
-        &nats,
-        &["--events-fresh-for", "300s", "--fresh-for", "300s"],
-    )
-    .await;
-    let publisher = nats.client().await;
-    let api = Api::new(&catalog()).await;
+    let (_nats, icecache, publisher, api) = long_window().await;
     let (path, separated, dotted) = two_level_table(&api).await;
     load(&api, &icecache, &path, "t").await;
     let mut applied_after = Vec::new();
@@ -202,14 +209,7 @@ async fn an_update_on_nats_is_applied_within_20ms_p99_in_both_namespace_encoding
 
 #[tokio::test]
 async fn an_event_for_another_warehouse_invalidates_nothing() {
-    let nats = Nats::start().await;
-    let icecache = icecache(
-        &nats,
-        &["--events-fresh-for", "300s", "--fresh-for", "300s"],
-    )
-    .await;
-    let publisher = nats.client().await;
-    let api = Api::new(&catalog()).await;
+    let (_nats, icecache, publisher, api) = long_window().await;
     let (path, separated, _) = two_level_table(&api).await;
     load(&api, &icecache, &path, "t").await;
     let other = lakekeeper_event(
@@ -338,14 +338,7 @@ async fn a_hung_server_is_noticed_within_3s() {
 
 #[tokio::test]
 async fn a_thousand_unreadable_messages_invalidate_nothing_and_are_counted_by_reason() {
-    let nats = Nats::start().await;
-    let icecache = icecache(
-        &nats,
-        &["--events-fresh-for", "300s", "--fresh-for", "300s"],
-    )
-    .await;
-    let publisher = nats.client().await;
-    let api = Api::new(&catalog()).await;
+    let (_nats, icecache, publisher, api) = long_window().await;
     let (namespace, table) = api.fresh_table("lk").await;
     load(&api, &icecache, &namespace, &table).await;
     let good = String::from_utf8(lakekeeper_event(

@@ -8,16 +8,16 @@ mod support;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use support::events::{TokenFile, Weed};
+use support::events::{token_file, Weed};
 use support::relay::Relay;
 use support::{free_port, metric, unique, Api, Icecache};
 
 const TOKEN: &str = "filer-webhook-token";
 
 /// A SeaweedFS whose webhook reaches an icecache started with `flags` (and the token file).
-async fn watched(flags: &[&str]) -> (Weed, Icecache, TokenFile) {
+async fn watched(flags: &[&str]) -> (Weed, Icecache, support::ConfigFile) {
     let admin = free_port();
-    let token = TokenFile::new(TOKEN);
+    let token = token_file(TOKEN);
     let hook = format!("http://127.0.0.1:{admin}/events/seaweedfs");
     let weed = Weed::start(Some((&hook, TOKEN))).await;
     let mut all = vec!["--events-seaweedfs-token-file", token.path()];
@@ -343,7 +343,7 @@ async fn a_thousand_unreadable_messages_invalidate_nothing_and_end_the_long_wind
 #[tokio::test]
 async fn a_fill_that_began_before_an_event_is_not_stored() {
     let admin = free_port();
-    let token = TokenFile::new(TOKEN);
+    let token = token_file(TOKEN);
     let hook = format!("http://127.0.0.1:{admin}/events/seaweedfs");
     let weed = Weed::start(Some((&hook, TOKEN))).await;
     // A relay between icecache and SeaweedFS holds the fill's answer while the commit lands.
@@ -400,7 +400,7 @@ async fn an_event_received_by_one_replica_invalidates_the_whole_tier() {
     let redis = Redis::start().await;
     let key = KeyFile::new();
     let admin = free_port();
-    let token = TokenFile::new(TOKEN);
+    let token = token_file(TOKEN);
     let hook = format!("http://127.0.0.1:{admin}/events/seaweedfs");
     let weed = Weed::start(Some((&hook, TOKEN))).await;
     let url = redis.url();

@@ -6,27 +6,11 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use super::{free_port, token, unique, Api, PREFIX};
+use super::{free_port, try_token, unique, Api, ConfigFile, PREFIX};
 
-/// A file holding a webhook token.
-pub struct TokenFile(pub PathBuf);
-
-impl TokenFile {
-    pub fn new(token: &str) -> TokenFile {
-        let path = std::env::temp_dir().join(unique("events-token"));
-        std::fs::write(&path, format!("{token}\n")).expect("token file written");
-        TokenFile(path)
-    }
-
-    pub fn path(&self) -> &str {
-        self.0.to_str().expect("a UTF-8 path")
-    }
-}
-
-impl Drop for TokenFile {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
+/// A file holding a webhook token (a temporary text file, removed when dropped).
+pub fn token_file(token: &str) -> ConfigFile {
+    ConfigFile::new(&format!("{token}\n"))
 }
 
 /// A SeaweedFS of its own, whose filer POSTs every change to `webhook` (if any) with `token`.
@@ -140,29 +124,15 @@ impl Weed {
 
     /// A client of this SeaweedFS's catalog itself (writes that bypass icecache).
     pub async fn api(&self) -> Api {
-        let token = try_token(&self.iceberg).await;
+        // Waits while the catalog does not answer yet (callers bound the wait).
+        let Some(token) = try_token(&self.iceberg).await else {
+            return std::future::pending().await;
+        };
         Api {
             http: reqwest::Client::new(),
             base: format!("{}/v1/{PREFIX}", self.iceberg),
             token,
         }
-    }
-}
-
-async fn try_token(base: &str) -> String {
-    // `token` panics on a catalog that does not answer yet; ask first.
-    let up = reqwest::Client::new()
-        .post(format!("{base}/v1/oauth/tokens"))
-        .form(&[
-            ("grant_type", "client_credentials"),
-            ("client_id", "admin"),
-            ("client_secret", "adminsecret"),
-        ])
-        .send()
-        .await;
-    match up {
-        Ok(r) if r.status().is_success() => token(base).await,
-        _ => std::future::pending().await,
     }
 }
 

@@ -281,7 +281,12 @@ pub fn rss_bytes(pid: u32) -> u64 {
 
 /// An OAuth token from the catalog (SeaweedFS's admin credentials).
 pub async fn token(base: &str) -> String {
-    let response: Value = reqwest::Client::new()
+    try_token(base).await.expect("the catalog grants a token")
+}
+
+/// An OAuth token, or None while the catalog does not grant one (not up yet).
+pub async fn try_token(base: &str) -> Option<String> {
+    let response = reqwest::Client::new()
         .post(format!("{base}/v1/oauth/tokens"))
         .form(&[
             ("grant_type", "client_credentials"),
@@ -290,14 +295,9 @@ pub async fn token(base: &str) -> String {
         ])
         .send()
         .await
-        .expect("token request")
-        .json()
-        .await
-        .expect("token JSON");
-    response["access_token"]
-        .as_str()
-        .expect("access_token")
-        .to_owned()
+        .ok()?;
+    let answer: Value = response.json().await.ok()?;
+    answer["access_token"].as_str().map(str::to_owned)
 }
 
 /// A client that sends the catalog's bearer token.
