@@ -10,7 +10,7 @@ mod support;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use support::events::Nats;
+use support::events::{commit, load, Nats};
 use support::{catalog, metric, unique, Api, Icecache};
 
 /// The event Lakekeeper publishes for `kind` on `namespace.name` (namespace parts joined as
@@ -79,43 +79,6 @@ async fn wait_source_up(icecache: &Icecache, up: f64, within: Duration) -> Durat
     }
 }
 
-/// A loadTable through icecache: metadata-location and x-cache.
-async fn load(api: &Api, icecache: &Icecache, namespace: &str, table: &str) -> (String, String) {
-    let response = api
-        .http
-        .get(format!(
-            "{}/v1/warehouse/namespaces/{namespace}/tables/{table}",
-            icecache.url
-        ))
-        .bearer_auth(&api.token)
-        .send()
-        .await
-        .expect("load sent");
-    assert_eq!(response.status(), 200);
-    let cache = support::x_cache(&response);
-    let body: serde_json::Value = response.json().await.expect("load JSON");
-    (
-        body["metadata-location"].as_str().unwrap().to_owned(),
-        cache,
-    )
-}
-
-/// A commit straight to the catalog; the new metadata-location.
-async fn commit(api: &Api, namespace: &str, table: &str, n: usize) -> String {
-    let response = api
-        .post(
-            &format!("/namespaces/{namespace}/tables/{table}"),
-            json!({ "requirements": [],
-                    "updates": [{ "action": "set-properties", "updates": { "n": n.to_string() } }] }),
-        )
-        .send()
-        .await
-        .expect("commit sent");
-    assert_eq!(response.status(), 200);
-    let body: serde_json::Value = response.json().await.unwrap();
-    body["metadata-location"].as_str().unwrap().to_owned()
-}
-
 /// NATS, an icecache that keeps entries 300 s whether or not events arrive (so only an event
 /// shows a commit), a publisher and a client of the catalog.
 async fn long_window() -> (Nats, Icecache, async_nats::Client, Api) {
@@ -149,13 +112,13 @@ async fn two_level_table(api: &Api) -> (String, String, String) {
 async fn an_update_on_nats_is_applied_within_20ms_p99_in_both_namespace_encodings() {
     let (_nats, icecache, publisher, api) = long_window().await;
     let (path, separated, dotted) = two_level_table(&api).await;
-    load(&api, &icecache, &path, "t").await;
+    load(&api, &icecache.url, &path, "t").await;
     let mut applied_after = Vec::new();
     for n in 0..100 {
         let location = commit(&api, &path, "t", n).await;
         // Held from before the commit: without the event, the old table is served.
         assert_ne!(
-            load(&api, &icecache, &path, "t").await.0,
+            load(&api, &icecache.url, &path, "t").await.1,
             location,
             "commit {n}"
         );
@@ -170,7 +133,7 @@ async fn an_update_on_nats_is_applied_within_20ms_p99_in_both_namespace_encoding
             .unwrap();
         publisher.flush().await.unwrap();
         loop {
-            if load(&api, &icecache, &path, "t").await.0 == location {
+            if load(&api, &icecache.url, &path, "t").await.1 == location {
                 break;
             }
             assert!(
@@ -211,7 +174,7 @@ async fn an_update_on_nats_is_applied_within_20ms_p99_in_both_namespace_encoding
 async fn an_event_for_another_warehouse_invalidates_nothing() {
     let (_nats, icecache, publisher, api) = long_window().await;
     let (path, separated, _) = two_level_table(&api).await;
-    load(&api, &icecache, &path, "t").await;
+    load(&api, &icecache.url, &path, "t").await;
     let other = lakekeeper_event(
         "updateTable",
         "6f1c4d3e-8a2b-11ef-9c1d-7b3f0e2a4c5d",
@@ -221,12 +184,12 @@ async fn an_event_for_another_warehouse_invalidates_nothing() {
     publisher.publish(SUBJECT, other.into()).await.unwrap();
     publisher.flush().await.unwrap();
     tokio::time::sleep(Duration::from_millis(100)).await;
-    assert_eq!(load(&api, &icecache, &path, "t").await.1, "HIT");
+    assert_eq!(load(&api, &icecache.url, &path, "t").await.2, "HIT");
     let ours = lakekeeper_event("dropTable", "warehouse", &separated, "t");
     publisher.publish(SUBJECT, ours.into()).await.unwrap();
     publisher.flush().await.unwrap();
     tokio::time::sleep(Duration::from_millis(100)).await;
-    assert_eq!(load(&api, &icecache, &path, "t").await.1, "MISS");
+    assert_eq!(load(&api, &icecache.url, &path, "t").await.2, "MISS");
     let metrics = icecache.metrics().await;
     assert_eq!(
         metric(
@@ -243,10 +206,13 @@ async fn a_disconnect_ends_the_long_window_and_a_reconnect_starts_a_new_one() {
     let icecache = icecache(&nats, &["--events-fresh-for", "300s", "--fresh-for", "1s"]).await;
     let api = Api::new(&catalog()).await;
     let (namespace, table) = api.fresh_table("lk").await;
-    assert_eq!(load(&api, &icecache, &namespace, &table).await.1, "MISS");
+    assert_eq!(
+        load(&api, &icecache.url, &namespace, &table).await.2,
+        "MISS"
+    );
     tokio::time::sleep(Duration::from_millis(1200)).await;
     assert_eq!(
-        load(&api, &icecache, &namespace, &table).await.1,
+        load(&api, &icecache.url, &namespace, &table).await.2,
         "HIT",
         "the long window"
     );
@@ -256,7 +222,7 @@ async fn a_disconnect_ends_the_long_window_and_a_reconnect_starts_a_new_one() {
     // Nothing is removed (no refill storm): entries only lose the long window.
     assert_eq!(entries(&icecache).await, held);
     // The entry is past cache.fresh_for: without a live source it is asked for again.
-    assert_ne!(load(&api, &icecache, &namespace, &table).await.1, "HIT");
+    assert_ne!(load(&api, &icecache.url, &namespace, &table).await.2, "HIT");
     nats.restart().await;
     wait_source_up(&icecache, 1.0, Duration::from_secs(10)).await;
     let metrics = icecache.metrics().await;
@@ -271,11 +237,11 @@ async fn a_disconnect_ends_the_long_window_and_a_reconnect_starts_a_new_one() {
     // the long window anew.
     tokio::time::sleep(Duration::from_millis(1200)).await;
     assert_eq!(
-        load(&api, &icecache, &namespace, &table).await.1,
+        load(&api, &icecache.url, &namespace, &table).await.2,
         "REVALIDATED"
     );
     tokio::time::sleep(Duration::from_millis(1200)).await;
-    assert_eq!(load(&api, &icecache, &namespace, &table).await.1, "HIT");
+    assert_eq!(load(&api, &icecache.url, &namespace, &table).await.2, "HIT");
 }
 
 async fn entries(icecache: &Icecache) -> u64 {
@@ -306,10 +272,13 @@ async fn a_source_starts_degraded_and_is_live_once_subscribed() {
     assert_eq!(stats["event_sources"]["nats"], "degraded");
     let api = Api::new(&catalog()).await;
     let (namespace, table) = api.fresh_table("lk").await;
-    assert_eq!(load(&api, &icecache, &namespace, &table).await.1, "MISS");
+    assert_eq!(
+        load(&api, &icecache.url, &namespace, &table).await.2,
+        "MISS"
+    );
     tokio::time::sleep(Duration::from_millis(1200)).await;
     assert_eq!(
-        load(&api, &icecache, &namespace, &table).await.1,
+        load(&api, &icecache.url, &namespace, &table).await.2,
         "REVALIDATED"
     );
     nats.restart().await;
@@ -318,11 +287,11 @@ async fn a_source_starts_degraded_and_is_live_once_subscribed() {
     assert_eq!(stats["event_sources"]["nats"], "live");
     tokio::time::sleep(Duration::from_millis(1200)).await;
     assert_eq!(
-        load(&api, &icecache, &namespace, &table).await.1,
+        load(&api, &icecache.url, &namespace, &table).await.2,
         "REVALIDATED"
     );
     tokio::time::sleep(Duration::from_millis(1200)).await;
-    assert_eq!(load(&api, &icecache, &namespace, &table).await.1, "HIT");
+    assert_eq!(load(&api, &icecache.url, &namespace, &table).await.2, "HIT");
 }
 
 #[tokio::test]
@@ -340,7 +309,7 @@ async fn a_hung_server_is_noticed_within_3s() {
 async fn a_thousand_unreadable_messages_invalidate_nothing_and_are_counted_by_reason() {
     let (_nats, icecache, publisher, api) = long_window().await;
     let (namespace, table) = api.fresh_table("lk").await;
-    load(&api, &icecache, &namespace, &table).await;
+    load(&api, &icecache.url, &namespace, &table).await;
     let good = String::from_utf8(lakekeeper_event(
         "updateTable",
         "warehouse",
@@ -395,7 +364,7 @@ async fn a_thousand_unreadable_messages_invalidate_nothing_and_are_counted_by_re
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    assert_eq!(load(&api, &icecache, &namespace, &table).await.1, "HIT");
+    assert_eq!(load(&api, &icecache.url, &namespace, &table).await.2, "HIT");
     // Duplicates and late arrivals only invalidate: the table is served as the catalog has it.
     let location = commit(&api, &namespace, &table, 1).await;
     for _ in 0..2 {
@@ -406,7 +375,10 @@ async fn a_thousand_unreadable_messages_invalidate_nothing_and_are_counted_by_re
     }
     publisher.flush().await.unwrap();
     tokio::time::sleep(Duration::from_millis(100)).await;
-    assert_eq!(load(&api, &icecache, &namespace, &table).await.0, location);
+    assert_eq!(
+        load(&api, &icecache.url, &namespace, &table).await.1,
+        location
+    );
 }
 
 #[tokio::test]

@@ -8,9 +8,9 @@ mod support;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use support::events::{token_file, Weed};
+use support::events::{commit, load, token_file, Weed};
 use support::relay::Relay;
-use support::{free_port, metric, unique, Api, Icecache};
+use support::{free_port, metric, unique, Icecache};
 
 const TOKEN: &str = "filer-webhook-token";
 
@@ -24,49 +24,6 @@ async fn watched(flags: &[&str]) -> (Weed, Icecache, support::ConfigFile) {
     all.extend_from_slice(flags);
     let icecache = Icecache::start_with_admin(&weed.iceberg, admin, &all).await;
     (weed, icecache, token)
-}
-
-/// A loadTable through `server`: status, metadata-location and x-cache.
-async fn load(api: &Api, server: &str, namespace: &str, table: &str) -> (u16, String, String) {
-    let response = api
-        .http
-        .get(format!(
-            "{server}/v1/warehouse/namespaces/{namespace}/tables/{table}"
-        ))
-        .bearer_auth(&api.token)
-        .send()
-        .await
-        .expect("load sent");
-    let status = response.status().as_u16();
-    let cache = response
-        .headers()
-        .get("x-cache")
-        .map(|v| v.to_str().unwrap().to_owned())
-        .unwrap_or_default();
-    let body: serde_json::Value = response.json().await.unwrap_or_default();
-    let location = body["metadata-location"].as_str().unwrap_or("").to_owned();
-    (status, location, cache)
-}
-
-/// A commit made to the catalog directly; returns the new metadata-location.
-async fn commit(api: &Api, namespace: &str, table: &str, n: usize) -> String {
-    let response = api
-        .post(
-            &format!("/namespaces/{namespace}/tables/{table}"),
-            json!({
-                "requirements": [],
-                "updates": [{ "action": "set-properties", "updates": { "n": n.to_string() } }]
-            }),
-        )
-        .send()
-        .await
-        .expect("commit sent");
-    assert_eq!(response.status(), 200, "a direct commit");
-    let body: serde_json::Value = response.json().await.expect("commit JSON");
-    body["metadata-location"]
-        .as_str()
-        .expect("a location")
-        .to_owned()
 }
 
 async fn webhook(icecache: &Icecache, token: Option<&str>, body: Vec<u8>) -> reqwest::Response {

@@ -8,7 +8,11 @@ use std::time::Duration;
 use serde_json::Value;
 
 use super::standin::{version_of, Shape, StandIn};
-use super::{free_port, unique, Icecache};
+use super::{free_port, unique, until_serving, Icecache};
+
+fn connect(url: &str) -> redis::RedisResult<redis::Connection> {
+    redis::Client::open(url)?.get_connection_with_timeout(Duration::from_secs(1))
+}
 
 /// A redis-server process without persistence; killed when dropped.
 pub struct Redis {
@@ -67,25 +71,8 @@ impl Redis {
                 panic!("{binary} starts (scripts/test.sh installs Debian's redis-server): {e}")
             });
         self.child = Some(child);
-        for _ in 0..500 {
-            if self.connection().is_ok() {
-                return true;
-            }
-            let exited = self
-                .child
-                .as_mut()
-                .is_some_and(|c| c.try_wait().ok().flatten().is_some());
-            if exited {
-                self.child = None;
-                return false;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        false
+        let url = self.url();
+        until_serving(&mut self.child, || connect(&url).is_ok()).await
     }
 
     pub fn url(&self) -> String {
@@ -93,7 +80,7 @@ impl Redis {
     }
 
     fn connection(&self) -> redis::RedisResult<redis::Connection> {
-        redis::Client::open(self.url())?.get_connection_with_timeout(Duration::from_secs(1))
+        connect(&self.url())
     }
 
     /// Kills the server at once (SIGKILL): Redis is gone.

@@ -6,7 +6,9 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use super::{free_port, try_token, unique, Api, ConfigFile, PREFIX};
+use serde_json::Value;
+
+use super::{free_port, try_token, unique, until_serving, Api, ConfigFile, PREFIX};
 
 /// A file holding a webhook token (a temporary text file, removed when dropped).
 pub fn token_file(token: &str) -> ConfigFile {
@@ -204,21 +206,11 @@ impl Nats {
                 panic!("{binary} starts (scripts/test.sh installs Debian's nats-server): {e}")
             });
         self.child = Some(child);
-        for _ in 0..400 {
-            if std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
-                return true;
-            }
-            let exited = self
-                .child
-                .as_mut()
-                .is_some_and(|c| c.try_wait().ok().flatten().is_some());
-            if exited {
-                self.child = None;
-                return false;
-            }
-            tokio::time::sleep(Duration::from_millis(25)).await;
-        }
-        false
+        let port = self.port;
+        until_serving(&mut self.child, || {
+            std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+        })
+        .await
     }
 
     pub fn kill(&mut self) {
@@ -258,4 +250,49 @@ impl Drop for Nats {
         self.kill();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
+}
+
+// What the events tests ask of icecache and of the catalog behind it.
+
+/// A loadTable through `server`: status, metadata-location and x-cache.
+pub async fn load(api: &Api, server: &str, namespace: &str, table: &str) -> (u16, String, String) {
+    let response = api
+        .http
+        .get(format!(
+            "{server}/v1/warehouse/namespaces/{namespace}/tables/{table}"
+        ))
+        .bearer_auth(&api.token)
+        .send()
+        .await
+        .expect("load sent");
+    let status = response.status().as_u16();
+    let cache = response
+        .headers()
+        .get("x-cache")
+        .map(|v| v.to_str().unwrap().to_owned())
+        .unwrap_or_default();
+    let body: Value = response.json().await.unwrap_or_default();
+    let location = body["metadata-location"].as_str().unwrap_or("").to_owned();
+    (status, location, cache)
+}
+
+/// A commit made to the catalog directly; returns the new metadata-location.
+pub async fn commit(api: &Api, namespace: &str, table: &str, n: usize) -> String {
+    let response = api
+        .post(
+            &format!("/namespaces/{namespace}/tables/{table}"),
+            serde_json::json!({
+                "requirements": [],
+                "updates": [{ "action": "set-properties", "updates": { "n": n.to_string() } }]
+            }),
+        )
+        .send()
+        .await
+        .expect("commit sent");
+    assert_eq!(response.status(), 200, "a direct commit");
+    let body: Value = response.json().await.expect("commit JSON");
+    body["metadata-location"]
+        .as_str()
+        .expect("a location")
+        .to_owned()
 }

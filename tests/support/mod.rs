@@ -244,6 +244,30 @@ pub async fn hangup(icecache: &Icecache, result: &str) {
     panic!("no {result} reload was counted after SIGHUP");
 }
 
+/// Waits (up to 10 s) until `ready` says a server just spawned serves: true once it does,
+/// false at once if it exits (its port was taken; the caller tries another) or never serves
+/// (then it is killed). `child` is emptied unless it serves.
+pub async fn until_serving(child: &mut Option<Child>, ready: impl Fn() -> bool) -> bool {
+    for _ in 0..500 {
+        if ready() {
+            return true;
+        }
+        let exited = child
+            .as_mut()
+            .is_some_and(|c| c.try_wait().ok().flatten().is_some());
+        if exited {
+            *child = None;
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    if let Some(mut stuck) = child.take() {
+        let _ = stuck.kill();
+        let _ = stuck.wait();
+    }
+    false
+}
+
 /// A config file in the temporary directory, removed when dropped.
 pub struct ConfigFile(pub PathBuf);
 
