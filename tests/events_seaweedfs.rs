@@ -400,3 +400,74 @@ async fn an_event_received_by_one_replica_invalidates_the_whole_tier() {
         ) >= 1.0
     );
 }
+
+#[tokio::test]
+async fn after_an_event_no_304_head_or_gzip_answer_vouches_for_the_old_table() {
+    let (weed, icecache, _token) =
+        watched(&["--events-fresh-for", "300s", "--fresh-for", "300s"]).await;
+    let api = weed.api().await;
+    let namespace = unique("ev");
+    api.create_namespace(&namespace).await;
+    api.create_table(&namespace, "t").await;
+    // Large enough for icecache to keep a gzip copy.
+    api.set_property(&namespace, "t", "padding", &"x".repeat(4096))
+        .await;
+    settle().await;
+    let h2 = reqwest::Client::builder()
+        .http2_prior_knowledge()
+        .build()
+        .unwrap();
+    let gzipped = |url: &str| {
+        h2.get(url)
+            .bearer_auth(&api.token)
+            .header("accept-encoding", "gzip")
+    };
+    let url = format!(
+        "{}/v1/warehouse/namespaces/{namespace}/tables/t",
+        icecache.url
+    );
+    let first = gzipped(&url).send().await.unwrap();
+    assert_eq!(first.version(), http::Version::HTTP_2);
+    assert_eq!(first.headers()["content-encoding"], "gzip");
+    let tag = first.headers()["etag"].clone();
+    let before = gunzip_json(&first.bytes().await.unwrap());
+    // Held: a HEAD is answered here, the tag confirmed with a 304.
+    let head = h2.head(&url).bearer_auth(&api.token).send().await.unwrap();
+    assert_eq!(
+        (head.status().as_u16(), support::x_cache(&head).as_str()),
+        (204, "HIT")
+    );
+    let same = gzipped(&url)
+        .header("if-none-match", &tag)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(same.status(), 304);
+    let location = commit(&api, &namespace, "t", 1).await;
+    assert_ne!(before["metadata-location"], location.as_str());
+    let moved = wait_for(|| async {
+        let head = h2.head(&url).bearer_auth(&api.token).send().await.unwrap();
+        support::x_cache(&head) == "BYPASS"
+    })
+    .await;
+    assert!(moved, "a HEAD still vouched from the entry the event ended");
+    let again = gzipped(&url)
+        .header("if-none-match", &tag)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        again.status(),
+        200,
+        "the old tag was confirmed after the event"
+    );
+    let body = gunzip_json(&again.bytes().await.unwrap());
+    assert_eq!(body["metadata-location"], location.as_str());
+}
+
+fn gunzip_json(bytes: &[u8]) -> serde_json::Value {
+    let mut text = Vec::new();
+    std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(bytes), &mut text)
+        .expect("a gzip body");
+    serde_json::from_slice(&text).expect("JSON inside")
+}
