@@ -73,8 +73,14 @@ pub struct Icecache {
     child: Child,
     pub url: String,
     pub admin: String,
-    /// Where its stderr (the logs) goes when captured.
-    log: Option<PathBuf>,
+    /// Where its stderr (the logs) goes.
+    log: PathBuf,
+}
+
+/// Why a spawned icecache is not serving.
+struct StartFailure {
+    exited: bool,
+    why: String,
 }
 
 /// The icecache binary under test: this build's, or `ICECACHE_TEST_BIN` (to run the suite
@@ -93,49 +99,75 @@ impl Icecache {
 
     /// Starts icecache with extra environment variables too.
     pub async fn start_with_env(upstream: &str, extra: &[&str], env: &[(&str, &str)]) -> Icecache {
-        Icecache::launch(upstream, extra, env, false).await
+        Icecache::launch(upstream, extra, env, None).await
     }
 
-    /// Starts icecache with its logs captured in a file (see `logs`).
+    /// Starts icecache and keeps what it logs for `logs` (every start does; the name says the
+    /// test reads them).
     pub async fn start_logging(upstream: &str, extra: &[&str]) -> Icecache {
-        Icecache::launch(upstream, extra, &[], true).await
+        Icecache::launch(upstream, extra, &[], None).await
     }
 
     /// Starts icecache with its admin listener on `admin_port` (chosen before, for a catalog
     /// that must be told where to send its events).
     pub async fn start_with_admin(upstream: &str, admin_port: u16, extra: &[&str]) -> Icecache {
-        Icecache::spawn(upstream, extra, &[], false, admin_port).await
+        Icecache::launch(upstream, extra, &[], Some(admin_port)).await
     }
 
-    /// What icecache has logged so far (when started with `start_logging`).
+    /// What icecache has logged so far (nothing when `ICECACHE_TEST_LOGS` sends it to the
+    /// terminal instead).
     pub fn logs(&self) -> String {
-        self.log
-            .as_ref()
-            .map(|path| std::fs::read_to_string(path).unwrap_or_default())
-            .unwrap_or_default()
+        std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
+    /// Spawns icecache on free ports and waits until its admin listener is healthy. A port
+    /// picked free can be taken (by another test's connection) before icecache binds it; then
+    /// icecache exits at once saying so, and another port is tried. Any other failure to
+    /// start panics with the end of its log.
     async fn launch(
         upstream: &str,
         extra: &[&str],
         env: &[(&str, &str)],
-        capture: bool,
+        admin_port: Option<u16>,
     ) -> Icecache {
-        Icecache::spawn(upstream, extra, env, capture, free_port()).await
+        const ATTEMPTS: usize = 5;
+        for attempt in 1..=ATTEMPTS {
+            let mut icecache = Icecache::spawn(upstream, extra, env, admin_port);
+            let failure = match icecache.until_healthy().await {
+                Ok(()) => return icecache,
+                Err(failure) => failure,
+            };
+            let log = icecache.logs();
+            if failure.exited && log.contains("cannot listen on") && attempt < ATTEMPTS {
+                continue;
+            }
+            let tail: Vec<&str> = log.lines().rev().take(20).collect();
+            let tail: Vec<&str> = tail.into_iter().rev().collect();
+            panic!(
+                "icecache did not become healthy on {} ({}); its log ends:\n{}",
+                icecache.url,
+                failure.why,
+                tail.join("\n")
+            );
+        }
+        unreachable!("the last attempt returns or panics")
     }
 
-    async fn spawn(
+    fn spawn(
         upstream: &str,
         extra: &[&str],
         env: &[(&str, &str)],
-        capture: bool,
-        admin_port: u16,
+        admin_port: Option<u16>,
     ) -> Icecache {
         let listen = format!("127.0.0.1:{}", free_port());
-        let admin = format!("127.0.0.1:{admin_port}");
-        let log = capture.then(|| std::env::temp_dir().join(format!("{}.log", unique("icecache"))));
-        let mut command = Command::new(binary());
-        command
+        let admin = format!("127.0.0.1:{}", admin_port.unwrap_or_else(free_port));
+        let log = std::env::temp_dir().join(format!("{}.log", unique("icecache")));
+        let stderr = if std::env::var_os("ICECACHE_TEST_LOGS").is_some() {
+            Stdio::inherit()
+        } else {
+            Stdio::from(std::fs::File::create(&log).expect("log file"))
+        };
+        let child = Command::new(binary())
             .args([
                 "--upstream",
                 upstream,
@@ -148,32 +180,41 @@ impl Icecache {
             .envs(env.iter().copied())
             .env_remove("ICECACHE_CONFIG")
             .stdout(Stdio::null())
-            .stderr(match &log {
-                Some(path) => Stdio::from(std::fs::File::create(path).expect("log file")),
-                None if std::env::var_os("ICECACHE_TEST_LOGS").is_some() => Stdio::inherit(),
-                None => Stdio::null(),
-            });
-        let child = command.spawn().expect("icecache starts");
-        let icecache = Icecache {
+            .stderr(stderr)
+            .spawn()
+            .expect("icecache starts");
+        Icecache {
             child,
             url: format!("http://{listen}"),
             admin: format!("http://{admin}"),
             log,
-        };
+        }
+    }
+
+    /// Waits up to 20 s (a debug build on a loaded machine) for `/healthz` to answer 2xx.
+    async fn until_healthy(&mut self) -> Result<(), StartFailure> {
         let client = reqwest::Client::new();
-        for _ in 0..200 {
-            if let Ok(r) = client
-                .get(format!("{}/healthz", icecache.admin))
-                .send()
-                .await
+        for _ in 0..800 {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Err(StartFailure {
+                    exited: true,
+                    why: format!("it exited: {status}"),
+                });
+            }
+            let healthz = client.get(format!("{}/healthz", self.admin)).send().await;
+            // Still running after the answer: a process that lost its port race to another
+            // icecache exits, and the answer was that one's.
+            if healthz.is_ok_and(|r| r.status().is_success())
+                && matches!(self.child.try_wait(), Ok(None))
             {
-                if r.status().is_success() {
-                    return icecache;
-                }
+                return Ok(());
             }
             tokio::time::sleep(Duration::from_millis(25)).await;
         }
-        panic!("icecache did not become healthy on {listen}");
+        Err(StartFailure {
+            exited: false,
+            why: "no healthy answer within 20 s".to_owned(),
+        })
     }
 
     pub fn pid(&self) -> u32 {
@@ -219,9 +260,7 @@ impl Drop for Icecache {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
-        if let Some(path) = &self.log {
-            let _ = std::fs::remove_file(path);
-        }
+        let _ = std::fs::remove_file(&self.log);
     }
 }
 
