@@ -19,7 +19,7 @@ use crate::wire::etag::if_none_match_matches;
 pub static X_CACHE: HeaderName = HeaderName::from_static("x-cache");
 
 /// Headers a 304 repeats from the 200 it stands for (RFC 9110 §15.4.5).
-const KEPT_ON_304: [HeaderName; 3] = [
+static KEPT_ON_304: [HeaderName; 3] = [
     header::CACHE_CONTROL,
     header::VARY,
     header::CONTENT_LOCATION,
@@ -47,6 +47,8 @@ pub fn from_entry(
         metrics.cache_not_modified.inc();
         let mut r = Response::new(empty());
         *r.status_mut() = StatusCode::NOT_MODIFIED;
+        // Room for what follows: the kept headers, ETag, x-cache and Age.
+        *r.headers_mut() = HeaderMap::with_capacity(8);
         for name in &KEPT_ON_304 {
             for value in content.headers.get_all(name) {
                 r.headers_mut().append(name.clone(), value.clone());

@@ -151,17 +151,30 @@ pub fn classify(method: &Method, path: &str, separator: &str) -> Result<Route, R
     Ok(if slashed { Route::other() } else { route })
 }
 
+/// The most segments a catalog path has after `/v1/`: a prefix, then
+/// `namespaces/{ns}/tables/{t}/plan/{id}`. A longer path names no operation.
+const MAX_SEGMENTS: usize = 7;
+
 fn classify_segments(method: &Method, rest: &str, separator: &str) -> Result<Route, RouteError> {
-    let segments: Vec<&str> = rest.split('/').collect();
-    match segments.as_slice() {
+    let mut held = [""; MAX_SEGMENTS];
+    let mut count = 0;
+    for segment in rest.split('/') {
+        let Some(slot) = held.get_mut(count) else {
+            return Ok(Route::other());
+        };
+        *slot = segment;
+        count += 1;
+    }
+    let segments = &held[..count];
+    match segments {
         ["config"] if method == Method::GET => return Ok(named(Operation::Config)),
         ["oauth", "tokens"] if method == Method::POST => return Ok(named(Operation::OAuthTokens)),
         _ => {}
     }
-    if let Some(route) = classify_catalog_path(method, None, &segments, separator)? {
+    if let Some(route) = classify_catalog_path(method, None, segments, separator)? {
         return Ok(route);
     }
-    if let [prefix, rest @ ..] = segments.as_slice() {
+    if let [prefix, rest @ ..] = segments {
         if !prefix.is_empty() {
             if let Some(route) = classify_catalog_path(method, Some(prefix), rest, separator)? {
                 return Ok(route);
@@ -274,26 +287,33 @@ fn decode_identifier(raw: &str) -> Result<String, RouteError> {
     Ok(decoded)
 }
 
-fn split_ignore_ascii_case<'a>(haystack: &'a str, needle: &str) -> Vec<&'a str> {
-    if needle.is_empty() {
-        return vec![haystack];
-    }
-    let bytes = haystack.as_bytes();
-    let n = needle.as_bytes();
-    let mut parts = Vec::new();
-    let mut start = 0;
-    let mut i = 0;
-    while i + n.len() <= bytes.len() {
-        if bytes[i..i + n.len()].eq_ignore_ascii_case(n) {
-            parts.push(&haystack[start..i]);
-            i += n.len();
-            start = i;
-        } else {
-            i += 1;
+/// The parts of `haystack` between occurrences of `needle` (ASCII, matched in any case).
+fn split_ignore_ascii_case<'a>(
+    haystack: &'a str,
+    needle: &'a str,
+) -> impl Iterator<Item = &'a str> + 'a {
+    let mut rest = Some(haystack);
+    std::iter::from_fn(move || {
+        let current = rest?;
+        let (bytes, n) = (current.as_bytes(), needle.as_bytes());
+        let found = (!n.is_empty())
+            .then(|| {
+                bytes
+                    .windows(n.len())
+                    .position(|w| w.eq_ignore_ascii_case(n))
+            })
+            .flatten();
+        match found {
+            Some(at) => {
+                rest = Some(&current[at + n.len()..]);
+                Some(&current[..at])
+            }
+            None => {
+                rest = None;
+                Some(current)
+            }
         }
-    }
-    parts.push(&haystack[start..]);
-    parts
+    })
 }
 
 /// Strict percent-decoding of one path segment: `%` must be followed by two hex digits. A `+`
@@ -301,6 +321,9 @@ fn split_ignore_ascii_case<'a>(haystack: &'a str, needle: &str) -> Vec<&'a str> 
 /// axum and JAX-RS read it as a plus, so `a+b` and `a%20b` may be two tables and never share an
 /// entry; their loose names agree, so a write to either invalidates both.
 pub fn decode_component(raw: &str) -> Result<String, RouteError> {
+    if !raw.contains('%') {
+        return Ok(raw.to_owned());
+    }
     let bytes = raw.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
@@ -343,6 +366,17 @@ mod tests {
 
     fn ns(parts: &[&str]) -> Option<Vec<String>> {
         Some(parts.iter().map(|p| p.to_string()).collect())
+    }
+
+    #[test]
+    fn a_path_longer_than_any_operation_names_nothing() {
+        let long = "/v1/warehouse/namespaces/db/tables/t/plan/p1/more";
+        assert_eq!(route(Method::GET, long).operation, Operation::Other);
+        let deep = "/v1/warehouse/namespaces/db/tables/t/plan/p1";
+        assert_eq!(
+            route(Method::GET, deep).operation,
+            Operation::FetchPlanningResult
+        );
     }
 
     /// Every path template and method of the spec, with and without `{prefix}`.

@@ -1,11 +1,11 @@
 //! Writing `ETag` in exactly that case on HTTP/1.1.
 //!
 //! The Iceberg Java client 1.11.0 reads the `ETag` header case-sensitively (apache/iceberg#17978)
-//! while hyper lowercases header names. hyper writes a name in its original case only when the
-//! server connection preserves case and the response's extensions carry the case map that its
-//! own HTTP/1 parser records; that map's type is private. So at start-up icecache parses one
-//! canned response that spells the names it writes itself, keeps its extensions, and sets a clone
-//! of them on every response it builds.
+//! while hyper lowercases header names. hyper's HTTP/1 encoder writes a name in its original
+//! case when the response's extensions carry the case map that its own HTTP/1 parser records
+//! (whether or not the server connection preserves the case of requests); that map's type is
+//! private. So at start-up icecache parses one canned response that spells the names it writes
+//! itself, keeps its extensions, and sets a clone of them on every response it builds.
 
 use http::{Extensions, Request};
 use http_body_util::Empty;
@@ -19,7 +19,7 @@ pub struct HeaderCaseError(String);
 
 const CANNED: &[u8] = b"HTTP/1.1 200 OK\r\nETag: \"x\"\r\nAge: 0\r\nContent-Length: 0\r\n\r\n";
 
-/// Extensions that make a `preserve_header_case` HTTP/1 server write `ETag` and `Age`.
+/// Extensions that make hyper's HTTP/1 server write `ETag` and `Age` in that case.
 pub async fn canonical_case_extensions() -> Result<Extensions, HeaderCaseError> {
     let (client_io, mut server_io) = tokio::io::duplex(4096);
     let server = tokio::spawn(async move {

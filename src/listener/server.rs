@@ -51,9 +51,10 @@ impl Protocols {
             .timer(TokioTimer::new())
             .header_read_timeout(limits.header_read_timeout)
             .max_header_size(limits.max_header_bytes)
-            // With the case map set on a response (see `header_case`), `ETag` is written as
-            // `ETag`.
-            .preserve_header_case(true)
+            // `ETag` is written as `ETag` from the case map set on each response (see
+            // `header_case`), which hyper's encoder reads whatever this says; preserving the
+            // case of request headers would record a case map for every request, unread.
+            .preserve_header_case(false)
             .keep_alive(true);
         let mut http2 = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
         http2

@@ -81,7 +81,7 @@ where
             let route = outcome.map_or("other", |o| o.operation.as_str());
             let phase = outcome.and_then(|o| o.phase).map_or("NONE", |p| p.as_str());
             let status = response.status();
-            metrics.request(route, status.as_str(), phase, elapsed.as_secs_f64());
+            metrics.request(route, status, phase, elapsed.as_secs_f64());
             if let Some((method, path)) = logged {
                 tracing::info!(
                     method = %method,

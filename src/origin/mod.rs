@@ -26,7 +26,7 @@ use crate::catalog::route::Operation;
 use crate::listener::tls::{self, ReloadingCert, TlsError, UpstreamTls};
 use crate::ops::metrics::Metrics;
 use crate::wire::body::{empty, read_to_bytes, Body, ReadError};
-use crate::wire::headers::{add_forwarded, remove_hop_by_hop};
+use crate::wire::headers::{forwarded_headers, remove_hop_by_hop, Forwarded};
 
 pub static ACCESS_DELEGATION: HeaderName = HeaderName::from_static("x-iceberg-access-delegation");
 
@@ -112,7 +112,7 @@ pub struct OriginRequest {
 
 /// Conditionals icecache answers itself on loadTable: the client holds icecache's ETags,
 /// which mean nothing to the catalog.
-const CONDITIONALS: [HeaderName; 5] = [
+static CONDITIONALS: [HeaderName; 5] = [
     header::IF_NONE_MATCH,
     header::IF_MATCH,
     header::IF_MODIFIED_SINCE,
@@ -134,19 +134,20 @@ pub struct ClientRequest<'a> {
 impl OriginRequest {
     pub fn new(client: &ClientRequest<'_>, url: &UpstreamUrl) -> Result<Self, UnsendablePath> {
         let parts = client.parts;
-        let mut headers = parts.headers.clone();
-        remove_hop_by_hop(&mut headers);
-        if !client.forwards_delegation {
-            // Under strip and inject the catalog is not asked to vend credentials at all.
-            headers.remove(&ACCESS_DELEGATION);
-        }
-        add_forwarded(
-            &mut headers,
-            parts.uri.authority(),
-            client.peer,
-            client.proto,
+        let from = Forwarded {
+            authority: parts.uri.authority(),
+            peer: client.peer,
+            proto: client.proto,
+        };
+        // Under strip and inject the catalog is not asked to vend credentials at all.
+        let headers = forwarded_headers(
+            &parts.headers,
+            |name| {
+                name == header::CONTENT_LENGTH
+                    || (!client.forwards_delegation && name == ACCESS_DELEGATION)
+            },
+            &from,
         );
-        headers.remove(header::CONTENT_LENGTH);
         Ok(OriginRequest {
             method: parts.method.clone(),
             uri: join(url, parts.uri.path_and_query())?,

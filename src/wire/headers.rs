@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 
-const HOP_BY_HOP: [HeaderName; 8] = [
+static HOP_BY_HOP: [HeaderName; 8] = [
     header::CONNECTION,
     HeaderName::from_static("keep-alive"),
     header::PROXY_AUTHENTICATE,
@@ -23,52 +23,95 @@ static X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host"
 
 /// Removes the hop-by-hop headers, including any that `Connection` names.
 pub fn remove_hop_by_hop(headers: &mut HeaderMap) {
-    let named: Vec<HeaderName> = headers
+    for name in connection_named(headers).iter().chain(HOP_BY_HOP.iter()) {
+        headers.remove(name);
+    }
+}
+
+/// The headers a `Connection` header names (hop-by-hop too); none, without an allocation, in
+/// the usual request that has no `Connection` header.
+fn connection_named(headers: &HeaderMap) -> Vec<HeaderName> {
+    headers
         .get_all(header::CONNECTION)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(','))
         .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
-        .collect();
-    for name in named.iter().chain(HOP_BY_HOP.iter()) {
-        headers.remove(name);
-    }
+        .collect()
 }
 
-/// Tells the catalog who asked: the client's `Host` (or HTTP/2 `:authority`) moves to
-/// `X-Forwarded-Host` (the HTTP client sets `Host` from the upstream URI), the client's address
-/// is appended to `X-Forwarded-For`, and `X-Forwarded-Proto` says how it reached icecache.
-/// Hop-by-hop headers must be gone already (`remove_hop_by_hop`).
-pub fn add_forwarded(
-    headers: &mut HeaderMap,
-    authority: Option<&http::uri::Authority>,
-    peer: SocketAddr,
-    proto: &'static str,
-) {
-    let host = headers
-        .remove(header::HOST)
-        .or_else(|| authority.and_then(|a| HeaderValue::from_str(a.as_str()).ok()));
-    if let Some(host) = host {
-        if !headers.contains_key(&X_FORWARDED_HOST) {
-            headers.insert(X_FORWARDED_HOST.clone(), host);
+/// Where a request came from, as `X-Forwarded-*` tells the catalog.
+pub struct Forwarded<'a> {
+    /// The client's HTTP/2 `:authority`, used when it sent no `Host`.
+    pub authority: Option<&'a http::uri::Authority>,
+    pub peer: SocketAddr,
+    /// How the client reached icecache (`http` or `https`).
+    pub proto: &'static str,
+}
+
+/// The headers a client's request is sent on with, built in one pass into a map with room for
+/// what is added (a clone edited in place rehashed every removed name and grew its table):
+/// - hop-by-hop headers, every header `Connection` names, and those `dropped` says are gone;
+/// - the client's `Host` (or HTTP/2 `:authority`) moves to `X-Forwarded-Host`, unless the
+///   client sent one (the HTTP client sets `Host` from the upstream URI);
+/// - the peer's address is appended to the client's first `X-Forwarded-For` (a value that is
+///   not text is replaced), and `X-Forwarded-Proto` says how it reached icecache unless the
+///   client said so already.
+pub fn forwarded_headers(
+    client: &HeaderMap,
+    dropped: impl Fn(&HeaderName) -> bool,
+    from: &Forwarded<'_>,
+) -> HeaderMap {
+    let named = connection_named(client);
+    let mut out = HeaderMap::with_capacity(client.len() + 4);
+    let mut host = None;
+    let mut forwarded_for = None;
+    let (mut has_host, mut has_proto) = (false, false);
+    for (name, value) in client {
+        if HOP_BY_HOP.contains(name) || named.contains(name) || dropped(name) {
+            continue;
+        }
+        if name == header::HOST {
+            host.get_or_insert(value);
+            continue;
+        }
+        if name == X_FORWARDED_FOR {
+            forwarded_for.get_or_insert(value);
+            continue;
+        }
+        has_host |= name == X_FORWARDED_HOST;
+        has_proto |= name == X_FORWARDED_PROTO;
+        out.append(name.clone(), value.clone());
+    }
+    if !has_host {
+        let host = host.cloned().or_else(|| {
+            from.authority
+                .and_then(|a| HeaderValue::from_str(a.as_str()).ok())
+        });
+        if let Some(host) = host {
+            out.insert(X_FORWARDED_HOST.clone(), host);
         }
     }
-    let value = match headers.get(&X_FORWARDED_FOR).and_then(|v| v.to_str().ok()) {
+    let forwarded_for = match forwarded_for.and_then(|v| v.to_str().ok()) {
         Some(existing) => {
-            let mut forwarded_for = Vec::with_capacity(existing.len() + 48);
-            forwarded_for.extend_from_slice(existing.as_bytes());
-            forwarded_for.extend_from_slice(b", ");
-            let _ = write!(forwarded_for, "{}", peer.ip());
-            HeaderValue::from_maybe_shared(bytes::Bytes::from(forwarded_for)).ok()
+            let mut value = Vec::with_capacity(existing.len() + 48);
+            value.extend_from_slice(existing.as_bytes());
+            value.extend_from_slice(b", ");
+            let _ = write!(value, "{}", from.peer.ip());
+            HeaderValue::from_maybe_shared(bytes::Bytes::from(value)).ok()
         }
-        None => Some(peer_value(peer.ip())),
+        None => Some(peer_value(from.peer.ip())),
     };
-    if let Some(value) = value {
-        headers.insert(X_FORWARDED_FOR.clone(), value);
+    if let Some(value) = forwarded_for {
+        out.insert(X_FORWARDED_FOR.clone(), value);
     }
-    if !headers.contains_key(&X_FORWARDED_PROTO) {
-        headers.insert(X_FORWARDED_PROTO.clone(), HeaderValue::from_static(proto));
+    if !has_proto {
+        out.insert(
+            X_FORWARDED_PROTO.clone(),
+            HeaderValue::from_static(from.proto),
+        );
     }
+    out
 }
 
 /// The peer's address as a header value; the last one is kept per thread, since every request
@@ -119,16 +162,95 @@ mod tests {
         assert_eq!(h.get(header::AUTHORIZATION).unwrap(), "Bearer t");
     }
 
+    fn local() -> Forwarded<'static> {
+        Forwarded {
+            authority: None,
+            peer: "127.0.0.1:5000".parse().unwrap(),
+            proto: "http",
+        }
+    }
+
+    #[test]
+    fn a_forwarded_request_carries_no_hop_by_hop_header_nor_one_connection_names() {
+        let mut h = HeaderMap::new();
+        h.insert(
+            header::CONNECTION,
+            HeaderValue::from_static("keep-alive, X-Secret-Hop"),
+        );
+        h.insert("x-secret-hop", HeaderValue::from_static("1"));
+        h.insert("keep-alive", HeaderValue::from_static("timeout=5"));
+        h.insert(header::TE, HeaderValue::from_static("trailers"));
+        h.insert(header::PROXY_AUTHORIZATION, HeaderValue::from_static("p"));
+        h.insert(header::AUTHORIZATION, HeaderValue::from_static("Bearer t"));
+        let out = forwarded_headers(&h, |_| false, &local());
+        for gone in [
+            "connection",
+            "x-secret-hop",
+            "keep-alive",
+            "te",
+            "proxy-authorization",
+        ] {
+            assert!(out.get(gone).is_none(), "{gone} was sent on");
+        }
+        assert_eq!(out.get(header::AUTHORIZATION).unwrap(), "Bearer t");
+    }
+
+    #[test]
+    fn a_forwarded_request_keeps_every_value_of_a_repeated_header_in_order() {
+        let mut h = HeaderMap::new();
+        h.append(header::ACCEPT, HeaderValue::from_static("a/b"));
+        h.append(header::ACCEPT, HeaderValue::from_static("c/d"));
+        let out = forwarded_headers(&h, |_| false, &local());
+        let values: Vec<_> = out.get_all(header::ACCEPT).iter().collect();
+        assert_eq!(values, ["a/b", "c/d"]);
+    }
+
+    #[test]
+    fn a_forwarded_request_leaves_out_what_the_caller_drops() {
+        let mut h = HeaderMap::new();
+        h.insert(
+            "x-iceberg-access-delegation",
+            HeaderValue::from_static("vended-credentials"),
+        );
+        h.insert(header::CONTENT_LENGTH, HeaderValue::from_static("0"));
+        let out = forwarded_headers(
+            &h,
+            |name| name == "x-iceberg-access-delegation" || name == header::CONTENT_LENGTH,
+            &local(),
+        );
+        assert!(out.get("x-iceberg-access-delegation").is_none());
+        assert!(out.get(header::CONTENT_LENGTH).is_none());
+    }
+
+    #[test]
+    fn the_clients_own_forwarded_host_and_proto_are_kept() {
+        let mut h = HeaderMap::new();
+        h.insert(header::HOST, HeaderValue::from_static("icecache:8181"));
+        h.insert("x-forwarded-host", HeaderValue::from_static("edge.example"));
+        h.insert("x-forwarded-proto", HeaderValue::from_static("https"));
+        let out = forwarded_headers(&h, |_| false, &local());
+        assert_eq!(out.get("x-forwarded-host").unwrap(), "edge.example");
+        assert_eq!(out.get("x-forwarded-proto").unwrap(), "https");
+        assert!(out.get(header::HOST).is_none());
+    }
+
+    #[test]
+    fn a_forwarded_for_that_is_not_text_is_replaced_by_the_peer() {
+        let mut h = HeaderMap::new();
+        h.insert("x-forwarded-for", HeaderValue::from_bytes(b"\xff").unwrap());
+        let out = forwarded_headers(&h, |_| false, &local());
+        assert_eq!(out.get("x-forwarded-for").unwrap(), "127.0.0.1");
+    }
+
     #[test]
     fn an_http2_authority_becomes_the_forwarded_host() {
-        let mut h = HeaderMap::new();
         let authority: http::uri::Authority = "icecache:8181".parse().unwrap();
-        add_forwarded(
-            &mut h,
-            Some(&authority),
-            "127.0.0.1:5000".parse().unwrap(),
-            "https",
-        );
+        let from = Forwarded {
+            authority: Some(&authority),
+            peer: "127.0.0.1:5000".parse().unwrap(),
+            proto: "https",
+        };
+        let h = forwarded_headers(&HeaderMap::new(), |_| false, &from);
         assert_eq!(h.get("x-forwarded-host").unwrap(), "icecache:8181");
         assert_eq!(h.get("x-forwarded-proto").unwrap(), "https");
     }
@@ -138,7 +260,7 @@ mod tests {
         let mut h = HeaderMap::new();
         h.insert(header::HOST, HeaderValue::from_static("icecache:8181"));
         h.insert("x-forwarded-for", HeaderValue::from_static("10.0.0.1"));
-        add_forwarded(&mut h, None, "127.0.0.1:5000".parse().unwrap(), "http");
+        let h = forwarded_headers(&h, |_| false, &local());
         assert_eq!(h.get("x-forwarded-for").unwrap(), "10.0.0.1, 127.0.0.1");
         assert_eq!(h.get("x-forwarded-host").unwrap(), "icecache:8181");
         assert_eq!(h.get("x-forwarded-proto").unwrap(), "http");
