@@ -59,7 +59,7 @@ impl CacheKey {
         };
         let query = query.unwrap_or("");
         // `;` separates parameters for some servers and not for others.
-        if query.contains(';') {
+        if query.as_bytes().contains(&b';') {
             return Err(NoCacheReason::AmbiguousQuery);
         }
         let view = matches!(route.operation, Operation::LoadView | Operation::ViewExists);

@@ -141,7 +141,7 @@ pub fn classify(method: &Method, path: &str, separator: &str) -> Result<Route, R
     };
     // Servlet and JAX-RS catalogs drop `;parameters` from a segment before they match it;
     // others keep them: a path with one names nothing for sure.
-    if rest.contains(';') {
+    if rest.as_bytes().contains(&b';') {
         return Ok(Route::other());
     }
     let route = classify_segments(method, rest, separator)?;
@@ -156,14 +156,20 @@ pub fn classify(method: &Method, path: &str, separator: &str) -> Result<Route, R
 const MAX_SEGMENTS: usize = 7;
 
 fn classify_segments(method: &Method, rest: &str, separator: &str) -> Result<Route, RouteError> {
+    // A byte scan: paths are short, and a `/` is always a whole character.
     let mut held = [""; MAX_SEGMENTS];
     let mut count = 0;
-    for segment in rest.split('/') {
+    let mut start = 0;
+    for end in (0..rest.len())
+        .filter(|&i| rest.as_bytes()[i] == b'/')
+        .chain([rest.len()])
+    {
         let Some(slot) = held.get_mut(count) else {
             return Ok(Route::other());
         };
-        *slot = segment;
+        *slot = &rest[start..end];
         count += 1;
+        start = end + 1;
     }
     let segments = &held[..count];
     match segments {
@@ -321,7 +327,7 @@ fn split_ignore_ascii_case<'a>(
 /// axum and JAX-RS read it as a plus, so `a+b` and `a%20b` may be two tables and never share an
 /// entry; their loose names agree, so a write to either invalidates both.
 pub fn decode_component(raw: &str) -> Result<String, RouteError> {
-    if !raw.contains('%') {
+    if !raw.as_bytes().contains(&b'%') {
         return Ok(raw.to_owned());
     }
     let bytes = raw.as_bytes();
