@@ -1,6 +1,6 @@
-//! The operator's surface: the admin listener (`admin`), Prometheus metrics (`metrics`), the
-//! access log and the log setup (`access_log`, `logging`), and the health-check subcommand
-//! (`probe`).
+//! The operator's surface: the admin listener (`admin`), Prometheus metrics (`metrics`, with
+//! `event_metrics` and the per-worker `request_series`), the access log and the log setup
+//! (`access_log`, `logging`), and the health-check subcommand (`probe`).
 
 pub mod access_log;
 pub mod admin;
@@ -8,3 +8,4 @@ pub mod event_metrics;
 pub mod logging;
 pub mod metrics;
 pub mod probe;
+pub mod request_series;
