@@ -10,7 +10,7 @@ mod support;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use support::events::{commit, load, Nats};
+use support::events::{commit, load, until_served, Nats};
 use support::{catalog, metric, unique, Api, Icecache};
 
 /// The event Lakekeeper publishes for `kind` on `namespace.name` (namespace parts joined as
@@ -132,17 +132,10 @@ async fn an_update_on_nats_is_applied_within_20ms_p99_in_both_namespace_encoding
             .await
             .unwrap();
         publisher.flush().await.unwrap();
-        loop {
-            if load(&api, &icecache.url, &path, "t").await.1 == location {
-                break;
-            }
-            assert!(
-                published.elapsed() < Duration::from_secs(5),
-                "event {n} not applied"
-            );
-            tokio::time::sleep(Duration::from_millis(1)).await;
-        }
-        applied_after.push(published.elapsed());
+        let what = format!("event {n}");
+        let table = (path.as_str(), "t");
+        applied_after
+            .push(until_served(&api, &icecache.url, table, &location, published, &what).await);
     }
     applied_after.sort();
     eprintln!(
@@ -205,14 +198,9 @@ async fn a_disconnect_ends_the_long_window_and_a_reconnect_starts_a_new_one() {
     let mut nats = Nats::start().await;
     let icecache = icecache(&nats, &["--events-fresh-for", "300s", "--fresh-for", "1s"]).await;
     let api = Api::new(&catalog()).await;
-    let (namespace, table) = api.fresh_table("lk").await;
+    let (namespace, table) = loaded_fresh_table(&api, &icecache).await;
     assert_eq!(
-        load(&api, &icecache.url, &namespace, &table).await.2,
-        "MISS"
-    );
-    tokio::time::sleep(Duration::from_millis(1200)).await;
-    assert_eq!(
-        load(&api, &icecache.url, &namespace, &table).await.2,
+        past_the_short_window(&api, &icecache, &namespace, &table).await,
         "HIT",
         "the long window"
     );
@@ -235,13 +223,32 @@ async fn a_disconnect_ends_the_long_window_and_a_reconnect_starts_a_new_one() {
     );
     // Filled while live again (once the entry filled while degraded has gone stale): it earns
     // the long window anew.
-    tokio::time::sleep(Duration::from_millis(1200)).await;
     assert_eq!(
-        load(&api, &icecache.url, &namespace, &table).await.2,
+        past_the_short_window(&api, &icecache, &namespace, &table).await,
         "REVALIDATED"
     );
+    assert_eq!(
+        past_the_short_window(&api, &icecache, &namespace, &table).await,
+        "HIT"
+    );
+}
+
+/// A new table, loaded once through `icecache` (a MISS).
+async fn loaded_fresh_table(api: &Api, icecache: &Icecache) -> (String, String) {
+    let (namespace, table) = api.fresh_table("lk").await;
+    assert_eq!(load(api, &icecache.url, &namespace, &table).await.2, "MISS");
+    (namespace, table)
+}
+
+/// How the table is served once the short window (`--fresh-for 1s`) of its entry has passed.
+async fn past_the_short_window(
+    api: &Api,
+    icecache: &Icecache,
+    namespace: &str,
+    table: &str,
+) -> String {
     tokio::time::sleep(Duration::from_millis(1200)).await;
-    assert_eq!(load(&api, &icecache.url, &namespace, &table).await.2, "HIT");
+    load(api, &icecache.url, namespace, table).await.2
 }
 
 async fn entries(icecache: &Icecache) -> u64 {
@@ -271,27 +278,23 @@ async fn a_source_starts_degraded_and_is_live_once_subscribed() {
     let stats = support::get_json(&format!("{}/cache/stats", icecache.admin)).await;
     assert_eq!(stats["event_sources"]["nats"], "degraded");
     let api = Api::new(&catalog()).await;
-    let (namespace, table) = api.fresh_table("lk").await;
+    let (namespace, table) = loaded_fresh_table(&api, &icecache).await;
     assert_eq!(
-        load(&api, &icecache.url, &namespace, &table).await.2,
-        "MISS"
-    );
-    tokio::time::sleep(Duration::from_millis(1200)).await;
-    assert_eq!(
-        load(&api, &icecache.url, &namespace, &table).await.2,
+        past_the_short_window(&api, &icecache, &namespace, &table).await,
         "REVALIDATED"
     );
     nats.restart().await;
     wait_source_up(&icecache, 1.0, Duration::from_secs(10)).await;
     let stats = support::get_json(&format!("{}/cache/stats", icecache.admin)).await;
     assert_eq!(stats["event_sources"]["nats"], "live");
-    tokio::time::sleep(Duration::from_millis(1200)).await;
     assert_eq!(
-        load(&api, &icecache.url, &namespace, &table).await.2,
+        past_the_short_window(&api, &icecache, &namespace, &table).await,
         "REVALIDATED"
     );
-    tokio::time::sleep(Duration::from_millis(1200)).await;
-    assert_eq!(load(&api, &icecache.url, &namespace, &table).await.2, "HIT");
+    assert_eq!(
+        past_the_short_window(&api, &icecache, &namespace, &table).await,
+        "HIT"
+    );
 }
 
 #[tokio::test]

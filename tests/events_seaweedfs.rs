@@ -8,7 +8,7 @@ mod support;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use support::events::{commit, load, token_file, Weed};
+use support::events::{commit, load, token_file, until_served, Weed};
 use support::relay::Relay;
 use support::{free_port, metric, unique, Icecache};
 
@@ -53,19 +53,10 @@ async fn a_direct_commit_is_seen_within_50ms_p99_and_without_events_it_is_not() 
     for n in 0..100 {
         let location = commit(&api, &namespace, "t", n).await;
         let committed = Instant::now();
-        loop {
-            let (status, now, _) = load(&api, &icecache.url, &namespace, "t").await;
-            assert_eq!(status, 200);
-            if now == location {
-                break;
-            }
-            assert!(
-                committed.elapsed() < Duration::from_secs(5),
-                "commit {n} not seen in 5 s"
-            );
-            tokio::time::sleep(Duration::from_millis(1)).await;
-        }
-        seen_after.push(committed.elapsed());
+        let what = format!("commit {n}");
+        let table = (namespace.as_str(), "t");
+        seen_after
+            .push(until_served(&api, &icecache.url, table, &location, committed, &what).await);
         let (_, blind_now, _) = load(&api, &blind.url, &namespace, "t").await;
         assert_eq!(blind_now, first, "without events the old table is served");
     }

@@ -66,7 +66,7 @@ pub fn forwarded_headers(
     let mut out = HeaderMap::with_capacity(client.len() + 4);
     let mut host = None;
     let mut forwarded_for = None;
-    let (mut has_host, mut has_proto) = (false, false);
+    let (mut has_forwarded_host, mut has_forwarded_proto) = (false, false);
     for (name, value) in client {
         if HOP_BY_HOP.contains(name) || named.contains(name) || dropped(name) {
             continue;
@@ -79,11 +79,11 @@ pub fn forwarded_headers(
             forwarded_for.get_or_insert(value);
             continue;
         }
-        has_host |= name == X_FORWARDED_HOST;
-        has_proto |= name == X_FORWARDED_PROTO;
+        has_forwarded_host |= name == X_FORWARDED_HOST;
+        has_forwarded_proto |= name == X_FORWARDED_PROTO;
         out.append(name.clone(), value.clone());
     }
-    if !has_host {
+    if !has_forwarded_host {
         let host = host.cloned().or_else(|| {
             from.authority
                 .and_then(|a| HeaderValue::from_str(a.as_str()).ok())
@@ -105,7 +105,7 @@ pub fn forwarded_headers(
     if let Some(value) = forwarded_for {
         out.insert(X_FORWARDED_FOR.clone(), value);
     }
-    if !has_proto {
+    if !has_forwarded_proto {
         out.insert(
             X_FORWARDED_PROTO.clone(),
             HeaderValue::from_static(from.proto),

@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
@@ -274,6 +274,30 @@ pub async fn load(api: &Api, server: &str, namespace: &str, table: &str) -> (u16
     let body: Value = response.json().await.unwrap_or_default();
     let location = body["metadata-location"].as_str().unwrap_or("").to_owned();
     (status, location, cache)
+}
+
+/// Loads the table through `server` until it serves `location` (every answer a 200), and says
+/// how long after `since` that was; fails after 5 s, naming `what` was not seen.
+pub async fn until_served(
+    api: &Api,
+    server: &str,
+    (namespace, table): (&str, &str),
+    location: &str,
+    since: Instant,
+    what: &str,
+) -> Duration {
+    loop {
+        let (status, now, _) = load(api, server, namespace, table).await;
+        assert_eq!(status, 200, "{what}");
+        if now == location {
+            return since.elapsed();
+        }
+        assert!(
+            since.elapsed() < Duration::from_secs(5),
+            "{what} not seen in 5 s"
+        );
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
 }
 
 /// A commit made to the catalog directly; returns the new metadata-location.
