@@ -190,6 +190,120 @@ async fn the_catalog_sees_forwarded_headers_and_the_query_string() {
 }
 
 #[tokio::test]
+async fn a_forwarded_body_reaches_the_catalog_with_its_length_not_chunked() {
+    let relay = Relay::start(&catalog()).await;
+    let icecache = Icecache::start(&relay.url, &[]).await;
+    let api = Api::new(&icecache.url).await;
+    let namespace = unique("len");
+    let report = json!({ "report-type": "scan-report" });
+    let length = serde_json::to_vec(&report).unwrap().len().to_string();
+    // reportMetrics is relayed as it comes; dropNamespace is a write, sent without a body.
+    api.post(&format!("/namespaces/{namespace}/tables/t/metrics"), report)
+        .send()
+        .await
+        .unwrap();
+    let drop_url = format!("{}/namespaces/{namespace}", api.base);
+    api.send(reqwest::Method::DELETE, &drop_url).await;
+    let seen = relay.seen();
+    let metrics = seen
+        .iter()
+        .find(|s| s.method == "POST" && s.path_and_query.ends_with("/tables/t/metrics"))
+        .expect("the report reached the catalog");
+    assert_eq!(metrics.headers["content-length"], length.as_str());
+    assert!(metrics.headers.get("transfer-encoding").is_none());
+    let drop = seen
+        .iter()
+        .find(|s| s.method == "DELETE")
+        .expect("the drop reached the catalog");
+    assert!(
+        drop.headers.get("transfer-encoding").is_none(),
+        "{:?}",
+        drop.headers
+    );
+    assert!(drop
+        .headers
+        .get("content-length")
+        .is_none_or(|length| length == "0"));
+}
+
+#[tokio::test]
+async fn forwarded_for_chains_and_http2_cookie_fields_reach_the_catalog_each_as_one_line() {
+    let relay = Relay::start(&catalog()).await;
+    let icecache = Icecache::start(&relay.url, &[]).await;
+    let h2 = reqwest::Client::builder()
+        .http2_prior_knowledge()
+        .build()
+        .unwrap();
+    h2.get(format!(
+        "{}/v1/warehouse/namespaces?pageSize=7",
+        icecache.url
+    ))
+    .header("cookie", "a=1")
+    .header("cookie", "b=2")
+    .header("x-forwarded-for", "10.0.0.1")
+    .header("x-forwarded-for", "10.0.0.2")
+    .header("proxy-connection", "keep-alive")
+    .send()
+    .await
+    .unwrap();
+    let seen = relay.seen();
+    let list = seen
+        .iter()
+        .find(|s| s.path_and_query.ends_with("pageSize=7"))
+        .expect("the list reached the catalog");
+    let cookies: Vec<_> = list.headers.get_all("cookie").iter().collect();
+    assert_eq!(cookies, ["a=1; b=2"]);
+    assert_eq!(
+        list.headers["x-forwarded-for"],
+        "10.0.0.1, 10.0.0.2, 127.0.0.1"
+    );
+    assert!(list.headers.get("proxy-connection").is_none());
+}
+
+#[tokio::test]
+async fn a_caller_with_the_same_cookies_over_http2_and_http1_has_one_entry() {
+    let icecache = Icecache::start(&catalog(), &[]).await;
+    let api = Api::new(&icecache.url).await;
+    let (namespace, table) = api.fresh_table("cookie").await;
+    let url = format!("{}/namespaces/{namespace}/tables/{table}", api.base);
+    let h1 = api
+        .http
+        .get(&url)
+        .bearer_auth(&api.token)
+        .header("cookie", "a=1; b=2")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(support::x_cache(&h1), "MISS");
+    let h2 = reqwest::Client::builder()
+        .http2_prior_knowledge()
+        .build()
+        .unwrap();
+    let split = h2
+        .get(&url)
+        .bearer_auth(&api.token)
+        .header("cookie", "a=1")
+        .header("cookie", "b=2")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(support::x_cache(&split), "HIT");
+    let other = h2
+        .get(&url)
+        .bearer_auth(&api.token)
+        .header("cookie", "a=1")
+        .header("cookie", "b=3")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        support::x_cache(&other),
+        "MISS",
+        "other cookies, another caller"
+    );
+}
+
+#[tokio::test]
 async fn an_upstream_base_path_is_kept() {
     let relay = Relay::start(&catalog()).await;
     let icecache = Icecache::start(&format!("{}/iceberg", relay.url), &[]).await;

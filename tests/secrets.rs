@@ -332,7 +332,7 @@ async fn icecaches_own_errors_and_logs_never_show_the_admin_token_or_injected_se
         inject_config(&secret.0, "")
     ));
     // An unreachable catalog: every load is one of icecache's own errors.
-    let icecache = Icecache::start_logging(
+    let icecache = Icecache::start(
         &format!("http://127.0.0.1:{}", support::free_port()),
         &["--config", config.path()],
     )

@@ -2,9 +2,12 @@
 //! byte bound and a time bound (tower-http's `TimeoutBody` resets on every frame, so a slow but
 //! moving body is fine and a stalled one is cut).
 
+use std::pin::Pin;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
+use http_body::{Frame, SizeHint};
 use http_body_util::{combinators::BoxBody, BodyExt, Empty, Full, Limited};
 use thiserror::Error;
 use tower_http::timeout::TimeoutBody;
@@ -37,13 +40,49 @@ pub fn pieces(pieces: Vec<Bytes>) -> Body {
 }
 
 /// Streams a peer's body on, failing it when no frame comes for `idle`: a peer that sends its
-/// head and then stalls cannot hold a connection forever.
+/// head and then stalls cannot hold a connection forever. The length the peer announced goes
+/// on with it (see `Announced`).
 pub fn stream<B>(body: B, idle: Duration) -> Body
 where
     B: http_body::Body<Data = Bytes> + Send + Sync + 'static,
     B::Error: Into<BoxError>,
 {
-    TimeoutBody::new(idle, body).map_err(Into::into).boxed()
+    let length = body.size_hint();
+    Announced {
+        inner: Box::pin(TimeoutBody::new(idle, body)),
+        length,
+    }
+    .map_err(Into::into)
+    .boxed()
+}
+
+/// A body that still says the length its source announced. `TimeoutBody` does not pass it on,
+/// and a body of unknown length is sent chunked: a DELETE without a body, or a POST with a
+/// `Content-Length`, reached the catalog as `Transfer-Encoding: chunked`, which not every
+/// catalog reads. HTTP clients read the length once, before the first frame.
+struct Announced<B> {
+    inner: Pin<Box<B>>,
+    length: SizeHint,
+}
+
+impl<B: http_body::Body> http_body::Body for Announced<B> {
+    type Data = B::Data;
+    type Error = B::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
+        self.get_mut().inner.as_mut().poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.length.exact() == Some(0) || self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.length
+    }
 }
 
 #[derive(Debug, Error)]
@@ -95,6 +134,32 @@ fn classify(error: BoxError, limit: usize, idle: Duration) -> ReadError {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use http_body::Body as _;
+
+    #[tokio::test]
+    async fn a_streamed_body_announces_its_length_and_still_arrives_whole() {
+        let idle = Duration::from_secs(1);
+        let body = stream(Full::new(Bytes::from_static(b"abc")), idle);
+        assert_eq!(body.size_hint().exact(), Some(3));
+        assert!(!body.is_end_stream());
+        assert_eq!(&body.collect().await.unwrap().to_bytes()[..], b"abc");
+        let nothing = stream(Empty::<Bytes>::new(), idle);
+        assert!(nothing.is_end_stream());
+        assert_eq!(nothing.size_hint().exact(), Some(0));
+    }
+
+    #[tokio::test]
+    async fn a_body_of_unknown_length_is_streamed_as_one() {
+        let frames = futures::stream::iter([Ok::<_, std::convert::Infallible>(Frame::data(
+            Bytes::from_static(b"ab"),
+        ))]);
+        let body = stream(
+            http_body_util::StreamBody::new(frames),
+            Duration::from_secs(1),
+        );
+        assert_eq!(body.size_hint().exact(), None);
+        assert_eq!(&body.collect().await.unwrap().to_bytes()[..], b"ab");
+    }
 
     #[tokio::test]
     async fn a_body_within_the_bound_is_read_whole() {

@@ -6,9 +6,11 @@ use std::net::SocketAddr;
 
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 
-static HOP_BY_HOP: [HeaderName; 8] = [
+/// RFC 9110 §7.6.1, and `Proxy-Connection`, which old clients send and intermediaries remove.
+static HOP_BY_HOP: [HeaderName; 9] = [
     header::CONNECTION,
     HeaderName::from_static("keep-alive"),
+    HeaderName::from_static("proxy-connection"),
     header::PROXY_AUTHENTICATE,
     header::PROXY_AUTHORIZATION,
     header::TE,
@@ -54,9 +56,12 @@ pub struct Forwarded<'a> {
 /// - hop-by-hop headers, every header `Connection` names, and those `dropped` says are gone;
 /// - the client's `Host` (or HTTP/2 `:authority`) moves to `X-Forwarded-Host`, unless the
 ///   client sent one (the HTTP client sets `Host` from the upstream URI);
-/// - the peer's address is appended to the client's first `X-Forwarded-For` (a value that is
-///   not text is replaced), and `X-Forwarded-Proto` says how it reached icecache unless the
-///   client said so already.
+/// - the peer's address is appended to the client's `X-Forwarded-For` chain (every line of it,
+///   empty elements left out; a chain with a value that is not text is replaced), and
+///   `X-Forwarded-Proto` says how it reached icecache unless the client said so already;
+/// - several `Cookie` lines (HTTP/2 sends each cookie as a field of its own) become one, joined
+///   with `; ` as RFC 9113 §8.2.3 asks before an HTTP/1.1 hop; the same caller then has the
+///   same identity over either protocol.
 pub fn forwarded_headers(
     client: &HeaderMap,
     dropped: impl Fn(&HeaderName) -> bool,
@@ -65,7 +70,7 @@ pub fn forwarded_headers(
     let named = connection_named(client);
     let mut out = HeaderMap::with_capacity(client.len() + 4);
     let mut host = None;
-    let mut forwarded_for = None;
+    let (mut has_forwarded_for, mut has_cookie) = (false, false);
     let (mut has_forwarded_host, mut has_forwarded_proto) = (false, false);
     for (name, value) in client {
         if HOP_BY_HOP.contains(name) || named.contains(name) || dropped(name) {
@@ -75,13 +80,18 @@ pub fn forwarded_headers(
             host.get_or_insert(value);
             continue;
         }
-        if name == X_FORWARDED_FOR {
-            forwarded_for.get_or_insert(value);
+        // Both are read whole after this pass, from every line the client sent.
+        if name == X_FORWARDED_FOR || name == header::COOKIE {
+            has_forwarded_for |= name == X_FORWARDED_FOR;
+            has_cookie |= name == header::COOKIE;
             continue;
         }
         has_forwarded_host |= name == X_FORWARDED_HOST;
         has_forwarded_proto |= name == X_FORWARDED_PROTO;
         out.append(name.clone(), value.clone());
+    }
+    if has_cookie {
+        out.insert(header::COOKIE, joined(client.get_all(header::COOKIE)));
     }
     if !has_forwarded_host {
         let host = host.cloned().or_else(|| {
@@ -92,19 +102,13 @@ pub fn forwarded_headers(
             out.insert(X_FORWARDED_HOST.clone(), host);
         }
     }
-    let forwarded_for = match forwarded_for.and_then(|v| v.to_str().ok()) {
-        Some(existing) => {
-            let mut value = Vec::with_capacity(existing.len() + 48);
-            value.extend_from_slice(existing.as_bytes());
-            value.extend_from_slice(b", ");
-            let _ = write!(value, "{}", from.peer.ip());
-            HeaderValue::from_maybe_shared(bytes::Bytes::from(value)).ok()
-        }
-        None => Some(peer_value(from.peer.ip())),
-    };
-    if let Some(value) = forwarded_for {
-        out.insert(X_FORWARDED_FOR.clone(), value);
-    }
+    let chain = has_forwarded_for
+        .then(|| forwarded_chain(client.get_all(&X_FORWARDED_FOR), from.peer.ip()))
+        .flatten();
+    out.insert(
+        X_FORWARDED_FOR.clone(),
+        chain.unwrap_or_else(|| peer_value(from.peer.ip())),
+    );
     if !has_forwarded_proto {
         out.insert(
             X_FORWARDED_PROTO.clone(),
@@ -112,6 +116,47 @@ pub fn forwarded_headers(
         );
     }
     out
+}
+
+/// The values of one header as a single value, joined with `; ` (one value is kept as it is).
+fn joined(values: header::GetAll<'_, HeaderValue>) -> HeaderValue {
+    let mut iter = values.iter();
+    let first = iter
+        .next()
+        .cloned()
+        .unwrap_or_else(|| HeaderValue::from_static(""));
+    let mut rest = iter.peekable();
+    if rest.peek().is_none() {
+        return first;
+    }
+    let mut bytes = first.as_bytes().to_vec();
+    for value in rest {
+        bytes.extend_from_slice(b"; ");
+        bytes.extend_from_slice(value.as_bytes());
+    }
+    // Valid values joined with `; ` are a valid value.
+    HeaderValue::from_maybe_shared(bytes::Bytes::from(bytes)).unwrap_or(first)
+}
+
+/// The client's `X-Forwarded-For` elements, then `peer`; None (the peer alone) when the chain
+/// has no element or a value that is not text.
+fn forwarded_chain(
+    values: header::GetAll<'_, HeaderValue>,
+    peer: std::net::IpAddr,
+) -> Option<HeaderValue> {
+    let mut chain = Vec::with_capacity(64);
+    for value in &values {
+        let text = value.to_str().ok()?;
+        for element in text.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+            chain.extend_from_slice(element.as_bytes());
+            chain.extend_from_slice(b", ");
+        }
+    }
+    if chain.is_empty() {
+        return None;
+    }
+    let _ = write!(chain, "{peer}");
+    HeaderValue::from_maybe_shared(bytes::Bytes::from(chain)).ok()
 }
 
 /// The peer's address as a header value; the last one is kept per thread, since every request
@@ -232,6 +277,36 @@ mod tests {
         assert_eq!(out.get("x-forwarded-host").unwrap(), "edge.example");
         assert_eq!(out.get("x-forwarded-proto").unwrap(), "https");
         assert!(out.get(header::HOST).is_none());
+    }
+
+    #[test]
+    fn cookie_fields_reach_the_catalog_as_one_line() {
+        let mut h = HeaderMap::new();
+        h.append(header::COOKIE, HeaderValue::from_static("a=1"));
+        h.append(header::COOKIE, HeaderValue::from_static("b=2"));
+        let out = forwarded_headers(&h, |_| false, &local());
+        let values: Vec<_> = out.get_all(header::COOKIE).iter().collect();
+        assert_eq!(values, ["a=1; b=2"]);
+        let mut one = HeaderMap::new();
+        one.insert(header::COOKIE, HeaderValue::from_static("a=1; b=2"));
+        let out = forwarded_headers(&one, |_| false, &local());
+        assert_eq!(out.get(header::COOKIE).unwrap(), "a=1; b=2");
+    }
+
+    #[test]
+    fn every_forwarded_for_line_is_kept_in_the_chain_without_empty_elements() {
+        let mut h = HeaderMap::new();
+        h.append("x-forwarded-for", HeaderValue::from_static("1.1.1.1, ,"));
+        h.append("x-forwarded-for", HeaderValue::from_static("2.2.2.2"));
+        let out = forwarded_headers(&h, |_| false, &local());
+        assert_eq!(
+            out.get("x-forwarded-for").unwrap(),
+            "1.1.1.1, 2.2.2.2, 127.0.0.1"
+        );
+        let mut empty = HeaderMap::new();
+        empty.insert("x-forwarded-for", HeaderValue::from_static(""));
+        let out = forwarded_headers(&empty, |_| false, &local());
+        assert_eq!(out.get("x-forwarded-for").unwrap(), "127.0.0.1");
     }
 
     #[test]

@@ -92,7 +92,8 @@ pub fn binary() -> PathBuf {
 }
 
 impl Icecache {
-    /// Starts icecache in front of `upstream` with extra flags, and waits until it serves.
+    /// Starts icecache in front of `upstream` with extra flags, and waits until it serves. What
+    /// it logs is kept for `logs`.
     pub async fn start(upstream: &str, extra: &[&str]) -> Icecache {
         Icecache::start_with_env(upstream, extra, &[]).await
     }
@@ -100,12 +101,6 @@ impl Icecache {
     /// Starts icecache with extra environment variables too.
     pub async fn start_with_env(upstream: &str, extra: &[&str], env: &[(&str, &str)]) -> Icecache {
         Icecache::launch(upstream, extra, env, None).await
-    }
-
-    /// Starts icecache and keeps what it logs for `logs` (every start does; the name says the
-    /// test reads them).
-    pub async fn start_logging(upstream: &str, extra: &[&str]) -> Icecache {
-        Icecache::launch(upstream, extra, &[], None).await
     }
 
     /// Starts icecache with its admin listener on `admin_port` (chosen before, for a catalog
