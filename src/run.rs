@@ -27,11 +27,6 @@ use crate::origin::Origin;
 use crate::policy::identity::IdentityHasher;
 use crate::proxy;
 use crate::state::State;
-use crate::wire::sealed;
-
-/// File descriptors kept for what is not a connection or a sealed body: catalog and Redis
-/// connections, listeners, logs, certificate reads.
-const RESERVED_FDS: usize = 1024;
 
 #[derive(Debug, Error)]
 pub enum RunError {
@@ -79,13 +74,6 @@ pub async fn run(
     let admin_listener = TcpListener::bind(settings.admin_listen)
         .await
         .map_err(|e| bind_error("admin", settings.admin_listen, e))?;
-    if settings.cache.enabled && settings.cache.zero_copy {
-        let cap = sealed::enable_within_limits(settings.max_connections + RESERVED_FDS);
-        tracing::info!(
-            bodies = cap,
-            "zero-copy bodies: cached bodies of 32 KiB or more sent with sendfile"
-        );
-    }
     let metrics = Arc::new(Metrics::new());
     let (origin, client_cert) = Origin::new(
         settings.upstream.clone(),

@@ -16,8 +16,6 @@ use tokio::time::Instant;
 use super::key::CacheKey;
 use super::vary::Varies;
 use crate::cluster::Tokens;
-use crate::policy::stage::OFFLOAD_BYTES;
-use crate::wire::sealed;
 
 /// What a fill produced, ready to serve.
 #[derive(Debug)]
@@ -52,22 +50,6 @@ pub struct Gzipped {
     pub etag: HeaderValue,
 }
 
-/// A body as an entry keeps it: in a sealed file the kernel can send without a copy when it is
-/// large enough (`wire::sealed`), as it is otherwise. The copy into the file is made off the
-/// async threads for a large body, as the policy stage is.
-pub async fn kept(body: Bytes) -> Bytes {
-    if body.len() < sealed::MIN_SEALED_BYTES {
-        return body;
-    }
-    if body.len() < OFFLOAD_BYTES {
-        return sealed::seal(body);
-    }
-    let plain = body.clone();
-    tokio::task::spawn_blocking(move || sealed::seal(plain))
-        .await
-        .unwrap_or(body)
-}
-
 static NEXT_CONTENT: AtomicU64 = AtomicU64::new(1);
 
 impl Content {
@@ -85,11 +67,8 @@ impl Content {
                 .iter()
                 .map(|(name, value)| name.as_str().len() + value.len() + 112)
                 .sum::<usize>();
-        sealed::footprint(&self.body)
-            + self
-                .gzip
-                .as_ref()
-                .map_or(0, |g| sealed::footprint(&g.body) + 96)
+        self.body.len()
+            + self.gzip.as_ref().map_or(0, |g| g.body.len() + 96)
             + headers
             + self.vary.weight()
             + 128

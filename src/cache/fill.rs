@@ -9,7 +9,7 @@ use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::StatusCode;
 use tokio::time::Instant;
 
-use super::entry::{kept, Content, Entry, FillTicket, Gzipped};
+use super::entry::{Content, Entry, FillTicket, Gzipped};
 use super::key::{CacheKey, Form};
 use super::phase::NoCacheReason;
 use super::tier::TierFill;
@@ -271,7 +271,7 @@ impl Cache {
             match tokio::task::spawn_blocking(move || gzip(&plain)).await {
                 Ok(Ok(compressed)) => Some(Gzipped {
                     etag: gzip_etag(&processed.etag),
-                    body: kept(compressed).await,
+                    body: compressed,
                 }),
                 _ => None,
             }
@@ -292,11 +292,10 @@ impl Cache {
         let shareable = !(passthrough && (vended.has_secrets || vended.has_unknown_keys))
             && vary.is_empty()
             && u64::try_from(shared_size).unwrap_or(u64::MAX) <= self.shared_cap();
-        let content = match unchanged {
-            Some(content) => content,
-            None => Arc::new(Content {
+        let content = unchanged.unwrap_or_else(|| {
+            Arc::new(Content {
                 id: Content::next_id(),
-                body: kept(body).await,
+                body,
                 config_empty: processed.processed.config_empty,
                 gzip,
                 headers,
@@ -305,8 +304,8 @@ impl Cache {
                 length: processed.pieces.iter().map(Bytes::len).sum(),
                 vary,
                 shareable,
-            }),
-        };
+            })
+        });
         let entry = Arc::new(Entry::new(
             content,
             requested_at,

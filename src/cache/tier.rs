@@ -9,7 +9,7 @@ use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue};
 use tokio::time::Instant;
 
-use super::entry::{kept, Content, Entry, Gzipped};
+use super::entry::{Content, Entry, Gzipped};
 use super::fill::{gzip_etag, Fill, FillOutcome, Purpose};
 use super::key::CacheKey;
 use super::vary::Varies;
@@ -248,11 +248,11 @@ async fn entry_of(
         .ok()?;
         let gzip = Gzipped {
             etag: gzip_etag(&etag),
-            body: kept(shared.body).await,
+            body: shared.body,
         };
-        (kept(plain).await, Some(gzip))
+        (plain, Some(gzip))
     } else {
-        (kept(Bytes::copy_from_slice(&shared.body)).await, None)
+        (Bytes::copy_from_slice(&shared.body), None)
     };
     let mut headers = HeaderMap::with_capacity(shared.headers.len());
     for (name, value) in &shared.headers {

@@ -344,11 +344,6 @@ pub struct RawCache {
     #[arg(long = "cache-gzip", env = "ICECACHE_CACHE_GZIP")]
     pub gzip: Option<bool>,
 
-    /// Keep cached bodies of 32 KiB or more in sealed memory files and send them over plain
-    /// connections with sendfile, without a copy. [default: true] [key: cache.zero_copy]
-    #[arg(long = "cache-zero-copy", env = "ICECACHE_CACHE_ZERO_COPY")]
-    pub zero_copy: Option<bool>,
-
     /// After fresh_for, how long the old entry may be served when upstream is unreachable,
     /// times out or answers 5xx. [default: 60s] [key: cache.stale_if_error]
     #[arg(long = "stale-if-error", env = "ICECACHE_STALE_IF_ERROR")]
@@ -460,7 +455,6 @@ impl RawSettings {
                 fresh_for,
                 stale_while_revalidate,
                 gzip,
-                zero_copy,
                 stale_if_error
             }
         );

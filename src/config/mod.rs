@@ -47,7 +47,6 @@ pub const DEFAULT_AUTHZ_TTL: Duration = Duration::from_secs(30);
 pub const DEFAULT_TLS_RELOAD_INTERVAL: Duration = Duration::from_secs(5);
 pub const DEFAULT_CACHE_ENABLED: bool = true;
 pub const DEFAULT_CACHE_GZIP: bool = true;
-pub const DEFAULT_CACHE_ZERO_COPY: bool = true;
 pub const DEFAULT_CACHE_MAX_BYTES: u64 = 256 << 20;
 pub const DEFAULT_CACHE_MAX_ENTRY_BYTES: u64 = 32 << 20;
 pub const DEFAULT_FRESH_FOR: Duration = Duration::from_secs(5);
@@ -84,7 +83,6 @@ pub fn documented_defaults() -> Vec<(&'static str, String)> {
         ),
         ("cache.enabled", DEFAULT_CACHE_ENABLED.to_string()),
         ("cache.gzip", DEFAULT_CACHE_GZIP.to_string()),
-        ("cache.zero_copy", DEFAULT_CACHE_ZERO_COPY.to_string()),
         ("cache.max_bytes", show_size(DEFAULT_CACHE_MAX_BYTES)),
         (
             "cache.max_entry_bytes",
@@ -179,7 +177,6 @@ impl std::fmt::Debug for Secret {
 pub struct CacheSettings {
     pub enabled: bool,
     pub gzip: bool,
-    pub zero_copy: bool,
     pub max_bytes: u64,
     pub max_entry_bytes: u64,
     pub fresh_for: Duration,
@@ -273,7 +270,6 @@ impl Settings {
             identity_headers => "auth_headers",
             cache.enabled => "cache.enabled",
             cache.max_bytes => "cache.max_bytes",
-            cache.zero_copy => "cache.zero_copy",
             cluster => "cluster.*",
             events.seaweedfs_token => "events.seaweedfs_token_file",
             events.nats => "events.nats_*/events.prefix_template",
@@ -325,7 +321,6 @@ impl Settings {
             ),
             format!("cache.enabled = {}", c.enabled),
             format!("cache.gzip = {}", c.gzip),
-            format!("cache.zero_copy = {}", c.zero_copy),
             format!("cache.max_bytes = {}", c.max_bytes),
             format!("cache.max_entry_bytes = {}", c.max_entry_bytes),
             format!("cache.fresh_for = {}", show_duration(c.fresh_for)),

@@ -23,7 +23,6 @@ use tokio::time::Instant;
 use tokio_rustls::TlsAcceptor;
 use tower::Service;
 
-use super::sendfile::SendfileStream;
 use crate::wire::body::{Body, BoxError};
 
 /// Connection limits of one listener.
@@ -56,9 +55,6 @@ impl Protocols {
             // `header_case`), which hyper's encoder reads whatever this says; preserving the
             // case of request headers would record a case map for every request, unread.
             .preserve_header_case(false)
-            // Body chunks reach the connection as they are, so a sealed one can be sent with
-            // `sendfile` (`SendfileStream`) rather than copied into hyper's buffer.
-            .writev(true)
             .keep_alive(true);
         let mut http2 = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
         http2
@@ -149,10 +145,7 @@ pub async fn serve<M, S>(
             let deadline = limits.header_read_timeout.min(limits.idle_timeout);
             let result = match tls {
                 None => match speaks_h2(&stream, deadline).await {
-                    Some(h2) => {
-                        let stream = SendfileStream::new(stream);
-                        serve_io(&protocols, &limits, shutdown, stream, h2, service).await
-                    }
+                    Some(h2) => serve_io(&protocols, &limits, shutdown, stream, h2, service).await,
                     None => return,
                 },
                 Some(acceptor) => {
