@@ -93,7 +93,7 @@ def wrk_many(targets, duration, connections, pids, pace_ms=None):
             args += ["-s", script.name]
         runs.append(subprocess.Popen([*args, url + PATH], stdout=subprocess.PIPE, text=True))
     outs = [run.communicate()[0] for run in runs]
-    cpu = cpu_seconds(pids) - before
+    cpu = sum(cpu_seconds(pids)) - sum(before)
     if script:
         os.unlink(script.name)
     requests = sum(int(re.search(r"(\d+) requests in", out).group(1)) for out in outs)

@@ -73,14 +73,16 @@ def wait_for(url, timeout=20):
 
 
 def cpu_seconds(pids):
-    total = 0
+    """User and kernel CPU seconds of `pids` so far."""
+    user = kernel = 0
     for pid in pids:
         try:
             fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
-            total += int(fields[11]) + int(fields[12])
+            user += int(fields[11])
+            kernel += int(fields[12])
         except FileNotFoundError:
             pass
-    return total / TICKS
+    return user / TICKS, kernel / TICKS
 
 
 def tree(pid):
@@ -154,8 +156,11 @@ def measure(generator, server, url, headers, duration, connections):
     before, started = cpu_seconds(pids), time.monotonic()
     requests, errors = generator(url, headers, duration, connections)
     elapsed = time.monotonic() - started
-    cpu = cpu_seconds(pids) - before
-    return {"rps": requests / elapsed, "cpu_us": cpu / max(requests, 1) * 1e6, "errors": errors}
+    after = cpu_seconds(pids)
+    per_request = 1e6 / max(requests, 1)
+    user, kernel = (after[0] - before[0]) * per_request, (after[1] - before[1]) * per_request
+    return {"rps": requests / elapsed, "cpu_us": user + kernel, "user_us": user, "kernel_us": kernel,
+            "errors": errors}
 
 
 # ---- servers ---------------------------------------------------------------------------
@@ -302,8 +307,8 @@ def summary(runs, field):
 
 def render_row(row_result):
     lines = [f"#### {row_result['title']} (-c{row_result['connections']})", "",
-             "| server | req/s median (min-max) | CPU µs/req median (min-max) | errors | icecache ÷ this (req/s) | this CPU ÷ icecache CPU |",
-             "|---|---|---|---|---|---|"]
+             "| server | req/s median (min-max) | CPU µs/req median (min-max) | of which user / kernel (medians) | errors | icecache ÷ this (req/s) | this CPU ÷ icecache CPU |",
+             "|---|---|---|---|---|---|---|"]
     results = row_result["results"]
     ice_rps = summary(results["icecache"], "rps")[0]
     ice_cpu = summary(results["icecache"], "cpu_us")[0]
@@ -313,8 +318,9 @@ def render_row(row_result):
         errors = sum(run["errors"] for run in runs)
         ratio = "" if name == "icecache" else f"{ice_rps / rps:.2f}"
         cpu_ratio = "" if name == "icecache" else f"{cpu / ice_cpu:.2f}"
+        user, kernel = summary(runs, "user_us")[0], summary(runs, "kernel_us")[0]
         lines.append(f"| {name} | {rps:,.0f} ({rps_lo:,.0f}-{rps_hi:,.0f}) | {cpu:.1f} ({cpu_lo:.1f}-{cpu_hi:.1f}) "
-                     f"| {errors} | {ratio} | {cpu_ratio} |")
+                     f"| {user:.1f} / {kernel:.1f} | {errors} | {ratio} | {cpu_ratio} |")
     if row_result["fetched"] is not None:
         lines.append("")
         lines.append(f"Catalog (fixture) requests during the measured rounds: {row_result['fetched']}.")
