@@ -15,6 +15,7 @@ use crate::catalog::route::{Operation, RouteError};
 use crate::origin::{OriginError, UnsendablePath};
 use crate::policy::stage::Refusal;
 use crate::wire::body::{full, Body, ReadError};
+use crate::wire::headers::HostError;
 
 #[derive(Debug, Error)]
 pub enum ProxyError {
@@ -22,6 +23,8 @@ pub enum ProxyError {
     Route(#[from] RouteError),
     #[error(transparent)]
     Path(#[from] UnsendablePath),
+    #[error(transparent)]
+    Host(#[from] HostError),
     #[error("the request body could not be read: {0}")]
     RequestBody(#[source] ReadError),
     #[error(transparent)]
@@ -43,7 +46,9 @@ pub enum ProxyError {
 impl ProxyError {
     pub fn status(&self) -> StatusCode {
         match self {
-            ProxyError::Route(_) | ProxyError::Path(_) => StatusCode::BAD_REQUEST,
+            ProxyError::Route(_) | ProxyError::Path(_) | ProxyError::Host(_) => {
+                StatusCode::BAD_REQUEST
+            }
             ProxyError::RequestBody(ReadError::TooLarge { .. }) => StatusCode::PAYLOAD_TOO_LARGE,
             ProxyError::RequestBody(ReadError::Stalled(_)) => StatusCode::REQUEST_TIMEOUT,
             ProxyError::RequestBody(ReadError::Broken(_)) => StatusCode::BAD_REQUEST,
@@ -80,7 +85,10 @@ impl ProxyError {
     fn client_fault(&self) -> bool {
         matches!(
             self,
-            ProxyError::Route(_) | ProxyError::Path(_) | ProxyError::RequestBody(_)
+            ProxyError::Route(_)
+                | ProxyError::Path(_)
+                | ProxyError::Host(_)
+                | ProxyError::RequestBody(_)
         )
     }
 }

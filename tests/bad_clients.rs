@@ -199,3 +199,136 @@ async fn idle_connections_are_bounded_by_the_limit_and_dropped_by_the_head_timeo
     drop(idle);
     let _ = free_port();
 }
+
+/// Sends `request` on a connection of its own and returns the status and the body text.
+async fn raw_exchange(icecache: &Icecache, request: &str) -> (u16, String) {
+    let mut stream = TcpStream::connect(address(icecache)).await.unwrap();
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let (received, _) = read_until_closed(&mut stream, Duration::from_secs(5)).await;
+    let text = String::from_utf8_lossy(&received).into_owned();
+    let status = text
+        .strip_prefix("HTTP/1.")
+        .and_then(|rest| rest.get(2..5))
+        .and_then(|code| code.parse().ok())
+        .unwrap_or_else(|| panic!("no status line in {text:?}"));
+    let body = text
+        .split_once("\r\n\r\n")
+        .map_or("", |(_, b)| b)
+        .to_owned();
+    (status, body)
+}
+
+/// RFC 9112 §3.2: two `Host` lines, none on HTTP/1.1, or one that is not `host[:port]` get a
+/// 400 in the Iceberg error shape, on every route, and the catalog never hears of them.
+#[tokio::test]
+async fn a_request_whose_host_is_in_doubt_gets_400_and_never_reaches_the_catalog() {
+    let relay = Relay::start(&catalog()).await;
+    let icecache = Icecache::start(&relay.url, &[]).await;
+    let close = "Connection: close\r\n";
+    for (head, says) in [
+        (
+            "GET /v1/config HTTP/1.1\r\nHost: a\r\nHost: b\r\n",
+            "at most one Host",
+        ),
+        (
+            "GET /v1/namespaces/db/tables/t HTTP/1.1\r\nHost: a\r\nHost: a\r\n",
+            "at most one Host",
+        ),
+        (
+            "HEAD /v1/namespaces/db/tables/t HTTP/1.1\r\nHost: a\r\nhost: b\r\n",
+            "",
+        ),
+        (
+            "GET /v1/namespaces/db/tables/t HTTP/1.1\r\n",
+            "must carry a Host",
+        ),
+        (
+            "DELETE /v1/namespaces/db/tables/t HTTP/1.1\r\nHost: user@a\r\n",
+            "host with an optional port",
+        ),
+        (
+            "GET /v1/namespaces HTTP/1.1\r\nHost: a b\r\n",
+            "host with an optional port",
+        ),
+        (
+            "POST /v1/namespaces HTTP/1.1\r\nHost: a\r\nHost: b\r\nContent-Length: 2\r\n",
+            "at most one Host",
+        ),
+    ] {
+        let body = if head.starts_with("POST") { "{}" } else { "" };
+        let (status, text) = raw_exchange(&icecache, &format!("{head}{close}\r\n{body}")).await;
+        assert_eq!(status, 400, "{head:?}: {text}");
+        if !head.starts_with("HEAD") {
+            let error: serde_json::Value =
+                serde_json::from_str(&text).expect("an Iceberg error body");
+            assert_eq!(error["error"]["type"], "BadRequestException", "{text}");
+            assert_eq!(error["error"]["code"], 400, "{text}");
+            let message = error["error"]["message"].as_str().unwrap_or("");
+            assert!(message.contains(says), "{head:?}: {message}");
+        }
+    }
+    assert!(relay.seen().is_empty(), "{:?}", relay.seen());
+    let metrics = reqwest::get(format!("{}/metrics", icecache.admin))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let refused: f64 = metrics
+        .lines()
+        .filter(|l| l.starts_with("icecache_requests_total{") && l.contains("status=\"400\""))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum();
+    assert_eq!(refused, 7.0, "every refusal is counted");
+}
+
+/// HTTP/1.0 may leave `Host` out, and one plain `Host` is served as before.
+#[tokio::test]
+async fn http_1_0_without_a_host_and_http_1_1_with_one_are_served() {
+    let icecache = Icecache::start(&catalog(), &[]).await;
+    let (status, text) = raw_exchange(&icecache, "GET /v1/config HTTP/1.0\r\n\r\n").await;
+    assert_eq!(status, 200, "{text}");
+    let (status, text) = raw_exchange(
+        &icecache,
+        "GET /v1/config HTTP/1.1\r\nHost: catalog.example:8181\r\nConnection: close\r\n\r\n",
+    )
+    .await;
+    assert_eq!(status, 200, "{text}");
+}
+
+/// Over HTTP/2 the host is `:authority`; a request that also carries two `Host` fields is
+/// refused like one over HTTP/1.1, one that carries none is served.
+#[tokio::test]
+async fn over_http2_two_host_fields_get_400_and_none_is_fine() {
+    let relay = Relay::start(&catalog()).await;
+    let icecache = Icecache::start(&relay.url, &[]).await;
+    let address = address(&icecache);
+    let stream = TcpStream::connect(&address).await.unwrap();
+    let (mut sender, connection) =
+        hyper::client::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
+            .handshake::<_, http_body_util::Empty<bytes::Bytes>>(hyper_util::rt::TokioIo::new(
+                stream,
+            ))
+            .await
+            .unwrap();
+    tokio::spawn(connection);
+    let url = format!("http://{address}/v1/config");
+    let twice = http::Request::get(&url)
+        .header("host", "a")
+        .header("host", "b")
+        .body(http_body_util::Empty::new())
+        .unwrap();
+    let refused = sender.send_request(twice).await.unwrap();
+    assert_eq!(refused.status(), 400);
+    let body = http_body_util::BodyExt::collect(refused.into_body())
+        .await
+        .unwrap()
+        .to_bytes();
+    let error: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(error["error"]["type"], "BadRequestException");
+    assert!(relay.seen().is_empty(), "{:?}", relay.seen());
+    let plain = http::Request::get(&url)
+        .body(http_body_util::Empty::new())
+        .unwrap();
+    assert_eq!(sender.send_request(plain).await.unwrap().status(), 200);
+}

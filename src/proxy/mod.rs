@@ -30,6 +30,7 @@ use crate::policy::stage::Shape;
 use crate::policy::Policy;
 use crate::state::State;
 use crate::wire::body::Body;
+use crate::wire::headers::check_host;
 
 pub static X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
@@ -65,13 +66,19 @@ pub async fn handle(state: &State, request: Request<Incoming>, peer: SocketAddr)
     let settings = state.settings();
     let request_id = request_id(&request);
     let method = request.method().clone();
-    let classified = classify(&method, request.uri().path(), &state.separator.get());
+    // A request whose host is in doubt names nothing: refused before anything reads it.
+    let classified = check_host(request.version(), request.headers())
+        .map_err(ProxyError::from)
+        .and_then(|()| {
+            classify(&method, request.uri().path(), &state.separator.get())
+                .map_err(ProxyError::from)
+        });
     let operation = match &classified {
         Ok(route) => route.operation,
         Err(_) => operation_of(&method, request.uri().path()),
     };
     let result = match classified {
-        Err(e) => Err(ProxyError::from(e)),
+        Err(e) => Err(e),
         Ok(route) => {
             let policy = settings
                 .policies

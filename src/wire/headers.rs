@@ -1,10 +1,39 @@
-//! Header rules of a reverse proxy: hop-by-hop headers stay on their hop, and the catalog learns
-//! who asked through `X-Forwarded-*`.
+//! Header rules of a reverse proxy: a request names one host, hop-by-hop headers stay on their
+//! hop, and the catalog learns who asked through `X-Forwarded-*`.
 
 use std::io::Write as _;
 use std::net::SocketAddr;
 
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::Version;
+use thiserror::Error;
+
+/// Why a request's `Host` cannot be relied on. RFC 9112 §3.2 has a server answer 400: the host
+/// becomes `X-Forwarded-Host` and the public URL `/v1/config` hands out, and two readers of two
+/// `Host` lines could disagree about which one the request was for.
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum HostError {
+    #[error("an HTTP/1.1 request must carry a Host header")]
+    Missing,
+    #[error("a request must carry at most one Host header")]
+    Repeated,
+    #[error("the Host header must be a host with an optional port")]
+    Invalid,
+}
+
+/// Checks the request's `Host`: at most one line (exactly one on HTTP/1.1), a `host[:port]`
+/// without user information. HTTP/1.0 and HTTP/2 requests may leave it out (HTTP/2 names the
+/// host in `:authority`).
+pub fn check_host(version: Version, headers: &HeaderMap) -> Result<(), HostError> {
+    let mut hosts = headers.get_all(header::HOST).iter();
+    match (hosts.next(), hosts.next()) {
+        (None, _) if version == Version::HTTP_11 => Err(HostError::Missing),
+        (None, _) => Ok(()),
+        (Some(_), Some(_)) => Err(HostError::Repeated),
+        (Some(host), None) if host_and_port(host.as_bytes()) => Ok(()),
+        (Some(_), None) => Err(HostError::Invalid),
+    }
+}
 
 /// RFC 9110 §7.6.1, and `Proxy-Connection`, which old clients send and intermediaries remove.
 static HOP_BY_HOP: [HeaderName; 9] = [
@@ -22,6 +51,23 @@ static HOP_BY_HOP: [HeaderName; 9] = [
 static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 static X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
 static X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
+
+/// `host[:port]` (RFC 9110 §7.2): an authority with a host, no user information, and a port of
+/// digits when there is one.
+fn host_and_port(bytes: &[u8]) -> bool {
+    if bytes.contains(&b'@') {
+        return false;
+    }
+    http::uri::Authority::try_from(bytes).is_ok_and(|authority| {
+        let host = authority.host();
+        let after = &authority.as_str()[host.len()..];
+        !host.is_empty()
+            && (after.is_empty()
+                || after
+                    .strip_prefix(':')
+                    .is_some_and(|port| port.bytes().all(|b| b.is_ascii_digit())))
+    })
+}
 
 /// Removes the hop-by-hop headers, including any that `Connection` names.
 pub fn remove_hop_by_hop(headers: &mut HeaderMap) {
@@ -186,6 +232,74 @@ fn peer_value(ip: std::net::IpAddr) -> HeaderValue {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn hosts(values: &[&str]) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        for value in values {
+            headers.append(header::HOST, HeaderValue::from_str(value).unwrap());
+        }
+        headers
+    }
+
+    #[test]
+    fn one_host_with_or_without_a_port_is_accepted() {
+        for host in [
+            "catalog",
+            "catalog.example:8181",
+            "127.0.0.1:80",
+            "[::1]:8181",
+        ] {
+            assert_eq!(
+                check_host(Version::HTTP_11, &hosts(&[host])),
+                Ok(()),
+                "{host}"
+            );
+        }
+    }
+
+    #[test]
+    fn http_1_1_without_a_host_is_refused_and_http_1_0_or_2_is_not() {
+        assert_eq!(
+            check_host(Version::HTTP_11, &hosts(&[])),
+            Err(HostError::Missing)
+        );
+        assert_eq!(check_host(Version::HTTP_10, &hosts(&[])), Ok(()));
+        assert_eq!(check_host(Version::HTTP_2, &hosts(&[])), Ok(()));
+    }
+
+    #[test]
+    fn two_host_lines_are_refused_in_any_version_even_when_equal() {
+        for version in [Version::HTTP_10, Version::HTTP_11, Version::HTTP_2] {
+            assert_eq!(
+                check_host(version, &hosts(&["a", "a"])),
+                Err(HostError::Repeated)
+            );
+            assert_eq!(
+                check_host(version, &hosts(&["a", "b"])),
+                Err(HostError::Repeated)
+            );
+        }
+    }
+
+    #[test]
+    fn a_host_that_is_not_host_and_port_is_refused() {
+        for host in [
+            "",
+            "a b",
+            "user@catalog",
+            "catalog:port",
+            "catalog/path",
+            "a:1:2",
+            ":8181",
+            "[::1]x",
+        ] {
+            assert_eq!(
+                check_host(Version::HTTP_11, &hosts(&[host])),
+                Err(HostError::Invalid),
+                "{host:?}"
+            );
+        }
+    }
 
     #[test]
     fn hop_by_hop_headers_and_those_connection_names_are_removed() {
