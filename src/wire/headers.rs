@@ -52,21 +52,37 @@ static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 static X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
 static X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
 
-/// `host[:port]` (RFC 9110 §7.2): an authority with a host, no user information, and a port of
-/// digits when there is one.
+/// `host[:port]` (RFC 9110 §7.2, RFC 3986 §3.2.2): an IP literal in brackets or a non-empty
+/// registered name (no user information, no path, no spaces), then a port of digits when there
+/// is one. A byte scan: every request runs it, and `Authority`'s parser copies the value.
 fn host_and_port(bytes: &[u8]) -> bool {
-    if bytes.contains(&b'@') {
-        return false;
-    }
-    http::uri::Authority::try_from(bytes).is_ok_and(|authority| {
-        let host = authority.host();
-        let after = &authority.as_str()[host.len()..];
-        !host.is_empty()
-            && (after.is_empty()
-                || after
-                    .strip_prefix(':')
-                    .is_some_and(|port| port.bytes().all(|b| b.is_ascii_digit())))
-    })
+    let (host, rest) = match bytes.strip_prefix(b"[") {
+        Some(inner) => {
+            let Some(end) = inner.iter().position(|&b| b == b']') else {
+                return false;
+            };
+            let literal = &inner[..end];
+            let valid = literal.iter().all(|&b| name_byte(b) || b == b':');
+            (if valid { literal } else { &[][..] }, &inner[end + 1..])
+        }
+        None => {
+            let end = bytes.iter().position(|&b| b == b':').unwrap_or(bytes.len());
+            let name = &bytes[..end];
+            let valid = name.iter().all(|&b| name_byte(b));
+            (if valid { name } else { &[][..] }, &bytes[end..])
+        }
+    };
+    let port = match rest {
+        [] => &[][..],
+        [b':', digits @ ..] => digits,
+        _ => return false,
+    };
+    !host.is_empty() && port.iter().all(u8::is_ascii_digit)
+}
+
+/// A byte of a registered name: unreserved, sub-delims, or `%` of a percent-encoding.
+fn name_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=%".contains(&b)
 }
 
 /// Removes the hop-by-hop headers, including any that `Connection` names.
@@ -236,7 +252,10 @@ mod tests {
     fn hosts(values: &[&str]) -> HeaderMap {
         let mut headers = HeaderMap::new();
         for value in values {
-            headers.append(header::HOST, HeaderValue::from_str(value).unwrap());
+            headers.append(
+                header::HOST,
+                HeaderValue::from_bytes(value.as_bytes()).unwrap(),
+            );
         }
         headers
     }
@@ -248,6 +267,8 @@ mod tests {
             "catalog.example:8181",
             "127.0.0.1:80",
             "[::1]:8181",
+            "[::1]",
+            "catalog:",
         ] {
             assert_eq!(
                 check_host(Version::HTTP_11, &hosts(&[host])),
@@ -292,6 +313,11 @@ mod tests {
             "a:1:2",
             ":8181",
             "[::1]x",
+            "[::1",
+            "[]:80",
+            "a?b",
+            "a#b",
+            "caf\u{e9}",
         ] {
             assert_eq!(
                 check_host(Version::HTTP_11, &hosts(&[host])),
