@@ -25,6 +25,8 @@ pub enum ProxyError {
     Path(#[from] UnsendablePath),
     #[error(transparent)]
     Host(#[from] HostError),
+    #[error("CONNECT is not an Iceberg REST operation: icecache does not open tunnels")]
+    Tunnel,
     #[error("the request body could not be read: {0}")]
     RequestBody(#[source] ReadError),
     #[error(transparent)]
@@ -49,6 +51,7 @@ impl ProxyError {
             ProxyError::Route(_) | ProxyError::Path(_) | ProxyError::Host(_) => {
                 StatusCode::BAD_REQUEST
             }
+            ProxyError::Tunnel => StatusCode::METHOD_NOT_ALLOWED,
             ProxyError::RequestBody(ReadError::TooLarge { .. }) => StatusCode::PAYLOAD_TOO_LARGE,
             ProxyError::RequestBody(ReadError::Stalled(_)) => StatusCode::REQUEST_TIMEOUT,
             ProxyError::RequestBody(ReadError::Broken(_)) => StatusCode::BAD_REQUEST,
@@ -88,6 +91,7 @@ impl ProxyError {
             ProxyError::Route(_)
                 | ProxyError::Path(_)
                 | ProxyError::Host(_)
+                | ProxyError::Tunnel
                 | ProxyError::RequestBody(_)
         )
     }

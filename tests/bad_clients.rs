@@ -326,9 +326,85 @@ async fn over_http2_two_host_fields_get_400_and_none_is_fine() {
         .to_bytes();
     let error: serde_json::Value = serde_json::from_slice(&body).unwrap();
     assert_eq!(error["error"]["type"], "BadRequestException");
+    let refused_ones = [
+        // The host is `:authority` here, checked like a `Host` line.
+        http::Request::get(format!("http://user@{address}/v1/config")),
+        http::Request::get("http://localhost:99999/v1/config"),
+        // A `host` field that names another host than `:authority` (RFC 9113 §8.3.1).
+        http::Request::get(&url).header("host", "evil.example"),
+        // HEAD gets the status and no body (an HTTP/2 answer to HEAD carries no DATA).
+        http::Request::head(format!("http://{address}/v1/namespaces/db/tables/t"))
+            .header("host", "a")
+            .header("host", "b"),
+    ];
+    for request in refused_ones {
+        let request = request.body(http_body_util::Empty::new()).unwrap();
+        let head = request.method() == http::Method::HEAD;
+        let what = format!("{} {:?}", request.uri(), request.headers());
+        let answer = sender.send_request(request).await.unwrap();
+        assert_eq!(answer.status(), 400, "{what}");
+        let body = http_body_util::BodyExt::collect(answer.into_body())
+            .await
+            .unwrap_or_else(|e| panic!("{what}: {e}"))
+            .to_bytes();
+        if head {
+            assert!(body.is_empty(), "{what}: {body:?}");
+        } else {
+            let error: serde_json::Value = serde_json::from_slice(&body).unwrap();
+            assert_eq!(error["error"]["type"], "BadRequestException", "{what}");
+        }
+    }
     assert!(relay.seen().is_empty(), "{:?}", relay.seen());
     let plain = http::Request::get(&url)
         .body(http_body_util::Empty::new())
         .unwrap();
     assert_eq!(sender.send_request(plain).await.unwrap().status(), 200);
+    let same = http::Request::get(&url)
+        .header("host", address.to_uppercase())
+        .body(http_body_util::Empty::new())
+        .unwrap();
+    assert_eq!(sender.send_request(same).await.unwrap().status(), 200);
+}
+
+/// A target that names a host other than `Host`, or carries user information, is refused like
+/// a bad `Host`; CONNECT opens no tunnel (405) and reaches no catalog.
+#[tokio::test]
+async fn absolute_form_targets_are_checked_and_connect_is_refused() {
+    let relay = Relay::start(&catalog()).await;
+    let icecache = Icecache::start(&relay.url, &[]).await;
+    for (request, status, says) in [
+        (
+            "GET http://u:p@other/v1/config HTTP/1.0\r\n\r\n",
+            400,
+            "request target",
+        ),
+        (
+            "GET http://other:abc/v1/config HTTP/1.0\r\n\r\n",
+            400,
+            "request target",
+        ),
+        (
+            "GET http://other/v1/config HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+            400,
+            "different hosts",
+        ),
+        (
+            "CONNECT other:443 HTTP/1.1\r\nHost: other:443\r\n\r\n",
+            405,
+            "tunnels",
+        ),
+    ] {
+        let (got, text) = raw_exchange(&icecache, request).await;
+        assert_eq!(got, status, "{request:?}: {text}");
+        let error: serde_json::Value = serde_json::from_str(&text).expect("an Iceberg error body");
+        let message = error["error"]["message"].as_str().unwrap_or("");
+        assert!(message.contains(says), "{request:?}: {message}");
+    }
+    assert!(relay.seen().is_empty(), "{:?}", relay.seen());
+    let (got, text) = raw_exchange(
+        &icecache,
+        "GET http://other/v1/config HTTP/1.1\r\nHost: other\r\nConnection: close\r\n\r\n",
+    )
+    .await;
+    assert_eq!(got, 200, "{text}");
 }

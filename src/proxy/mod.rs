@@ -29,7 +29,7 @@ use crate::origin::{ClientRequest, OriginRequest};
 use crate::policy::stage::Shape;
 use crate::policy::Policy;
 use crate::state::State;
-use crate::wire::body::Body;
+use crate::wire::body::{empty, Body};
 use crate::wire::headers::check_host;
 
 pub static X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
@@ -66,13 +66,7 @@ pub async fn handle(state: &State, request: Request<Incoming>, peer: SocketAddr)
     let settings = state.settings();
     let request_id = request_id(&request);
     let method = request.method().clone();
-    // A request whose host is in doubt names nothing: refused before anything reads it.
-    let classified = check_host(request.version(), request.headers())
-        .map_err(ProxyError::from)
-        .and_then(|()| {
-            classify(&method, request.uri().path(), &state.separator.get())
-                .map_err(ProxyError::from)
-        });
+    let classified = admit(&request, &state.separator.get());
     let operation = match &classified {
         Ok(route) => route.operation,
         Err(_) => operation_of(&method, request.uri().path()),
@@ -105,6 +99,11 @@ pub async fn handle(state: &State, request: Request<Incoming>, peer: SocketAddr)
                 operation,
             };
             let mut response = error::respond(&e, &context);
+            if method == Method::HEAD {
+                // The error's status and headers, without the body a HEAD answer cannot have
+                // (hyper leaves it out on HTTP/1.1 only).
+                *response.body_mut() = empty();
+            }
             // Every answer on a cached route says how it was produced, icecache's own errors too.
             let cached_route = operation.is_cached() && state.cache.is_some();
             let phase = e.phase().or(cached_route.then_some(CachePhase::Bypass));
@@ -121,6 +120,21 @@ pub async fn handle(state: &State, request: Request<Incoming>, peer: SocketAddr)
         request_id,
     });
     response
+}
+
+/// The route a request names, once nothing about it is in doubt: a tunnel is not an Iceberg
+/// operation, and a request whose host is in doubt names nothing (refused before anything reads
+/// it).
+fn admit(request: &Request<Incoming>, separator: &str) -> Result<Route, ProxyError> {
+    if request.method() == Method::CONNECT {
+        return Err(ProxyError::Tunnel);
+    }
+    check_host(
+        request.version(),
+        request.uri().authority(),
+        request.headers(),
+    )?;
+    Ok(classify(request.method(), request.uri().path(), separator)?)
 }
 
 async fn dispatch(

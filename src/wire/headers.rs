@@ -19,19 +19,44 @@ pub enum HostError {
     Repeated,
     #[error("the Host header must be a host with an optional port")]
     Invalid,
+    #[error("the request target (or HTTP/2 :authority) must be a host with an optional port")]
+    InvalidTarget,
+    #[error("the Host header and the request target (or HTTP/2 :authority) name different hosts")]
+    Conflicting,
 }
 
-/// Checks the request's `Host`: at most one line (exactly one on HTTP/1.1), a `host[:port]`
-/// without user information. HTTP/1.0 and HTTP/2 requests may leave it out (HTTP/2 names the
-/// host in `:authority`).
-pub fn check_host(version: Version, headers: &HeaderMap) -> Result<(), HostError> {
+/// Checks the host a request names: at most one `Host` line (exactly one on HTTP/1.1), a
+/// `host[:port]` without user information, in `Host` and in the target's authority (HTTP/2's
+/// `:authority`, an absolute-form target), and the same host in both when both are there
+/// (RFC 9113 §8.3.1; for an absolute-form target RFC 9112 §3.2.2 would have the target win,
+/// icecache refuses rather than guess which one a client meant). HTTP/1.0 and HTTP/2 requests
+/// may leave `Host` out.
+pub fn check_host(
+    version: Version,
+    target: Option<&http::uri::Authority>,
+    headers: &HeaderMap,
+) -> Result<(), HostError> {
+    if target.is_some_and(|authority| !host_and_port(authority.as_str().as_bytes())) {
+        return Err(HostError::InvalidTarget);
+    }
     let mut hosts = headers.get_all(header::HOST).iter();
-    match (hosts.next(), hosts.next()) {
-        (None, _) if version == Version::HTTP_11 => Err(HostError::Missing),
-        (None, _) => Ok(()),
-        (Some(_), Some(_)) => Err(HostError::Repeated),
-        (Some(host), None) if host_and_port(host.as_bytes()) => Ok(()),
-        (Some(_), None) => Err(HostError::Invalid),
+    let host = match (hosts.next(), hosts.next()) {
+        (None, _) if version == Version::HTTP_11 => return Err(HostError::Missing),
+        (None, _) => return Ok(()),
+        (Some(_), Some(_)) => return Err(HostError::Repeated),
+        (Some(host), None) if host_and_port(host.as_bytes()) => host,
+        (Some(_), None) => return Err(HostError::Invalid),
+    };
+    match target {
+        Some(authority)
+            if !authority
+                .as_str()
+                .as_bytes()
+                .eq_ignore_ascii_case(host.as_bytes()) =>
+        {
+            Err(HostError::Conflicting)
+        }
+        _ => Ok(()),
     }
 }
 
@@ -77,12 +102,25 @@ fn host_and_port(bytes: &[u8]) -> bool {
         [b':', digits @ ..] => digits,
         _ => return false,
     };
-    !host.is_empty() && port.iter().all(u8::is_ascii_digit)
+    let port_fits = port.len() <= 5
+        && port.iter().all(u8::is_ascii_digit)
+        && port.iter().fold(0u32, |n, d| n * 10 + u32::from(d - b'0')) <= u32::from(u16::MAX);
+    !host.is_empty() && port_fits && percent_encoded_whole(host)
 }
 
 /// A byte of a registered name: unreserved, sub-delims, or `%` of a percent-encoding.
 fn name_byte(b: u8) -> bool {
     b.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=%".contains(&b)
+}
+
+/// Every `%` starts a percent-encoding: two hex digits follow it.
+fn percent_encoded_whole(name: &[u8]) -> bool {
+    name.iter().enumerate().all(|(i, &b)| {
+        b != b'%'
+            || name
+                .get(i + 1..i + 3)
+                .is_some_and(|hex| hex.iter().all(u8::is_ascii_hexdigit))
+    })
 }
 
 /// Removes the hop-by-hop headers, including any that `Connection` names.
@@ -271,7 +309,7 @@ mod tests {
             "catalog:",
         ] {
             assert_eq!(
-                check_host(Version::HTTP_11, &hosts(&[host])),
+                check_host(Version::HTTP_11, None, &hosts(&[host])),
                 Ok(()),
                 "{host}"
             );
@@ -281,24 +319,83 @@ mod tests {
     #[test]
     fn http_1_1_without_a_host_is_refused_and_http_1_0_or_2_is_not() {
         assert_eq!(
-            check_host(Version::HTTP_11, &hosts(&[])),
+            check_host(Version::HTTP_11, None, &hosts(&[])),
             Err(HostError::Missing)
         );
-        assert_eq!(check_host(Version::HTTP_10, &hosts(&[])), Ok(()));
-        assert_eq!(check_host(Version::HTTP_2, &hosts(&[])), Ok(()));
+        assert_eq!(check_host(Version::HTTP_10, None, &hosts(&[])), Ok(()));
+        assert_eq!(check_host(Version::HTTP_2, None, &hosts(&[])), Ok(()));
     }
 
     #[test]
     fn two_host_lines_are_refused_in_any_version_even_when_equal() {
         for version in [Version::HTTP_10, Version::HTTP_11, Version::HTTP_2] {
             assert_eq!(
-                check_host(version, &hosts(&["a", "a"])),
+                check_host(version, None, &hosts(&["a", "a"])),
                 Err(HostError::Repeated)
             );
             assert_eq!(
-                check_host(version, &hosts(&["a", "b"])),
+                check_host(version, None, &hosts(&["a", "b"])),
                 Err(HostError::Repeated)
             );
+        }
+    }
+
+    fn target(authority: &str) -> http::uri::Authority {
+        authority.parse().unwrap()
+    }
+
+    #[test]
+    fn a_target_authority_must_be_host_and_port_too() {
+        // hyper hands on only what `http` parses as an authority; of those, these are refused.
+        for authority in ["u@h", "u:p@h:80", "h:abc", "h:65536", "h%4"] {
+            let Ok(parsed) = authority.parse::<http::uri::Authority>() else {
+                continue;
+            };
+            assert_eq!(
+                check_host(Version::HTTP_2, Some(&parsed), &hosts(&[])),
+                Err(HostError::InvalidTarget),
+                "{authority}"
+            );
+        }
+        assert_eq!(
+            check_host(Version::HTTP_2, Some(&target("u@h")), &hosts(&[])),
+            Err(HostError::InvalidTarget)
+        );
+        assert_eq!(
+            check_host(Version::HTTP_2, Some(&target("h:8181")), &hosts(&[])),
+            Ok(())
+        );
+    }
+
+    #[test]
+    fn host_and_target_must_name_the_same_host() {
+        let a = target("catalog:8181");
+        assert_eq!(
+            check_host(Version::HTTP_2, Some(&a), &hosts(&["CATALOG:8181"])),
+            Ok(())
+        );
+        for host in ["evil.example", "catalog", "catalog:80"] {
+            assert_eq!(
+                check_host(Version::HTTP_11, Some(&a), &hosts(&[host])),
+                Err(HostError::Conflicting),
+                "{host}"
+            );
+        }
+    }
+
+    #[test]
+    fn ports_fit_sixteen_bits_and_percent_signs_start_an_encoding() {
+        for (host, fine) in [
+            ("h:65535", true),
+            ("h:65536", false),
+            ("h:999999999999", false),
+            ("h%41", true),
+            ("%", false),
+            ("h%4", false),
+            ("h%zz", false),
+        ] {
+            let checked = check_host(Version::HTTP_11, None, &hosts(&[host]));
+            assert_eq!(checked.is_ok(), fine, "{host}: {checked:?}");
         }
     }
 
@@ -320,7 +417,7 @@ mod tests {
             "caf\u{e9}",
         ] {
             assert_eq!(
-                check_host(Version::HTTP_11, &hosts(&[host])),
+                check_host(Version::HTTP_11, None, &hosts(&[host])),
                 Err(HostError::Invalid),
                 "{host:?}"
             );
