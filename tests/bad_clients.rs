@@ -251,6 +251,10 @@ async fn a_request_whose_host_is_in_doubt_gets_400_and_never_reaches_the_catalog
             "host with an optional port",
         ),
         (
+            "GET /v1/namespaces HTTP/1.1\r\nHost: a,b\r\n",
+            "host with an optional port",
+        ),
+        (
             "POST /v1/namespaces HTTP/1.1\r\nHost: a\r\nHost: b\r\nContent-Length: 2\r\n",
             "at most one Host",
         ),
@@ -279,7 +283,7 @@ async fn a_request_whose_host_is_in_doubt_gets_400_and_never_reaches_the_catalog
         .filter(|l| l.starts_with("icecache_requests_total{") && l.contains("status=\"400\""))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum();
-    assert_eq!(refused, 7.0, "every refusal is counted");
+    assert_eq!(refused, 8.0, "every refusal is counted");
 }
 
 /// HTTP/1.0 may leave `Host` out, and one plain `Host` is served as before.
@@ -390,6 +394,11 @@ async fn absolute_form_targets_are_checked_and_connect_is_refused() {
         ),
         (
             "CONNECT other:443 HTTP/1.1\r\nHost: other:443\r\n\r\n",
+            405,
+            "tunnels",
+        ),
+        (
+            "connect other:443 HTTP/1.1\r\nHost: other:443\r\n\r\n",
             405,
             "tunnels",
         ),

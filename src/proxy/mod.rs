@@ -126,7 +126,9 @@ pub async fn handle(state: &State, request: Request<Incoming>, peer: SocketAddr)
 /// operation, and a request whose host is in doubt names nothing (refused before anything reads
 /// it).
 fn admit(request: &Request<Incoming>, separator: &str) -> Result<Route, ProxyError> {
-    if request.method() == Method::CONNECT {
+    // Methods are case-sensitive, but a catalog (or a proxy before it) that folds case would
+    // take `connect` for CONNECT: refused in any case.
+    if request.method().as_str().eq_ignore_ascii_case("CONNECT") {
         return Err(ProxyError::Tunnel);
     }
     check_host(

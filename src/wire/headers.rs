@@ -77,40 +77,70 @@ static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 static X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
 static X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
 
-/// `host[:port]` (RFC 9110 §7.2, RFC 3986 §3.2.2): an IP literal in brackets or a non-empty
-/// registered name (no user information, no path, no spaces), then a port of digits when there
-/// is one. A byte scan: every request runs it, and `Authority`'s parser copies the value.
+/// `host[:port]` (RFC 9110 §7.2, RFC 3986 §3.2.2), read strictly: hosts are names and
+/// addresses, so what RFC 3986 allows beyond them is refused (fail closed). The host is an IPv6
+/// address in brackets (with an optional `%25` zone), an `[v…]` future literal, or a name of
+/// letters, digits, `-._~` and percent-encodings; no user information, no path, no `,` (a list
+/// is what a joined pair of `Host` lines looks like). The port, when there is a `:`, is one to
+/// five digits within 16 bits. A byte scan: every request runs it, and `Authority`'s parser
+/// copies the value.
 fn host_and_port(bytes: &[u8]) -> bool {
-    let (host, rest) = match bytes.strip_prefix(b"[") {
+    let (host_valid, rest) = match bytes.strip_prefix(b"[") {
         Some(inner) => {
             let Some(end) = inner.iter().position(|&b| b == b']') else {
                 return false;
             };
-            let literal = &inner[..end];
-            let valid = literal.iter().all(|&b| name_byte(b) || b == b':');
-            (if valid { literal } else { &[][..] }, &inner[end + 1..])
+            (ip_literal(&inner[..end]), &inner[end + 1..])
         }
         None => {
             let end = bytes.iter().position(|&b| b == b':').unwrap_or(bytes.len());
             let name = &bytes[..end];
-            let valid = name.iter().all(|&b| name_byte(b));
-            (if valid { name } else { &[][..] }, &bytes[end..])
+            let valid = !name.is_empty()
+                && name.iter().all(|&b| name_byte(b) || b == b'%')
+                && percent_encoded_whole(name);
+            (valid, &bytes[end..])
         }
     };
-    let port = match rest {
-        [] => &[][..],
-        [b':', digits @ ..] => digits,
-        _ => return false,
+    let port_fits = match rest {
+        [] => true,
+        [b':', port @ ..] => {
+            (1..=5).contains(&port.len())
+                && port.iter().all(u8::is_ascii_digit)
+                && port.iter().fold(0u32, |n, d| n * 10 + u32::from(d - b'0'))
+                    <= u32::from(u16::MAX)
+        }
+        _ => false,
     };
-    let port_fits = port.len() <= 5
-        && port.iter().all(u8::is_ascii_digit)
-        && port.iter().fold(0u32, |n, d| n * 10 + u32::from(d - b'0')) <= u32::from(u16::MAX);
-    !host.is_empty() && port_fits && percent_encoded_whole(host)
+    host_valid && port_fits
 }
 
-/// A byte of a registered name: unreserved, sub-delims, or `%` of a percent-encoding.
+/// Inside `[…]`: an IPv6 address with an optional zone (`%25` then name bytes, RFC 6874), or
+/// an IPvFuture literal (`v`, hex digits, `.`, then name bytes and `:`).
+fn ip_literal(literal: &[u8]) -> bool {
+    if let [b'v' | b'V', future @ ..] = literal {
+        let Some(dot) = future.iter().position(|&b| b == b'.') else {
+            return false;
+        };
+        let (version, tail) = (&future[..dot], &future[dot + 1..]);
+        return !version.is_empty()
+            && version.iter().all(u8::is_ascii_hexdigit)
+            && !tail.is_empty()
+            && tail.iter().all(|&b| name_byte(b) || b == b':');
+    }
+    let (address, zone) = match literal.windows(3).position(|w| w == b"%25") {
+        Some(at) => (&literal[..at], Some(&literal[at + 3..])),
+        None => (literal, None),
+    };
+    let address_valid = std::str::from_utf8(address)
+        .ok()
+        .and_then(|text| text.parse::<std::net::Ipv6Addr>().ok())
+        .is_some();
+    address_valid && zone.is_none_or(|z| !z.is_empty() && z.iter().all(|&b| name_byte(b)))
+}
+
+/// A byte of a host name: a letter, a digit, or `-._~`.
 fn name_byte(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=%".contains(&b)
+    b.is_ascii_alphanumeric() || b"-._~".contains(&b)
 }
 
 /// Every `%` starts a percent-encoding: two hex digits follow it.
@@ -306,7 +336,11 @@ mod tests {
             "127.0.0.1:80",
             "[::1]:8181",
             "[::1]",
-            "catalog:",
+            "[::ffff:1.2.3.4]",
+            "[fe80::1%25eth0]:8181",
+            "[v1.fe]",
+            "h%41",
+            "catalog.",
         ] {
             assert_eq!(
                 check_host(Version::HTTP_11, None, &hosts(&[host])),
@@ -415,6 +449,15 @@ mod tests {
             "a?b",
             "a#b",
             "caf\u{e9}",
+            "h,h2",
+            "a;b",
+            "h:",
+            "[::1]:",
+            "[zz]",
+            "[:::::::::::]",
+            "[fe80::1%25]",
+            "[v1.]",
+            "h:000080",
         ] {
             assert_eq!(
                 check_host(Version::HTTP_11, None, &hosts(&[host])),
