@@ -15,7 +15,7 @@ use crate::catalog::route::{Operation, RouteError};
 use crate::origin::{OriginError, UnsendablePath};
 use crate::policy::stage::Refusal;
 use crate::wire::body::{full, Body, ReadError};
-use crate::wire::headers::HostError;
+use crate::wire::host::HostError;
 
 #[derive(Debug, Error)]
 pub enum ProxyError {

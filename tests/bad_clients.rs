@@ -6,7 +6,7 @@ mod support;
 use std::time::{Duration, Instant};
 
 use support::relay::Relay;
-use support::{catalog, free_port, Icecache};
+use support::{catalog, free_port, h2_connection, Icecache};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -307,15 +307,7 @@ async fn over_http2_two_host_fields_get_400_and_none_is_fine() {
     let relay = Relay::start(&catalog()).await;
     let icecache = Icecache::start(&relay.url, &[]).await;
     let address = address(&icecache);
-    let stream = TcpStream::connect(&address).await.unwrap();
-    let (mut sender, connection) =
-        hyper::client::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
-            .handshake::<_, http_body_util::Empty<bytes::Bytes>>(hyper_util::rt::TokioIo::new(
-                stream,
-            ))
-            .await
-            .unwrap();
-    tokio::spawn(connection);
+    let (mut sender, _connection) = h2_connection(&address).await;
     let url = format!("http://{address}/v1/config");
     let twice = http::Request::get(&url)
         .header("host", "a")

@@ -7,7 +7,7 @@ mod support;
 use std::time::{Duration, Instant};
 
 use support::standin::{Shape, StandIn};
-use support::{get_json, rss_bytes, Icecache};
+use support::{get_json, h2_connection, rss_bytes, Icecache};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 #[tokio::test]
@@ -99,15 +99,7 @@ async fn idle_http2_and_http1_connections_are_closed_after_the_idle_timeout() {
     let icecache = Icecache::start(&catalog.url, &["--idle-timeout", "1s"]).await;
     let address = icecache.url.trim_start_matches("http://").to_owned();
 
-    let stream = tokio::net::TcpStream::connect(&address).await.unwrap();
-    let (mut sender, connection) =
-        hyper::client::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
-            .handshake::<_, http_body_util::Empty<bytes::Bytes>>(hyper_util::rt::TokioIo::new(
-                stream,
-            ))
-            .await
-            .unwrap();
-    let h2 = tokio::spawn(connection);
+    let (mut sender, h2) = h2_connection(&address).await;
     let request = http::Request::get(format!("http://{address}/v1/namespaces/db/tables/t"))
         .header("authorization", "Bearer alice")
         .body(http_body_util::Empty::new())

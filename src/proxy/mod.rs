@@ -30,7 +30,7 @@ use crate::policy::stage::Shape;
 use crate::policy::Policy;
 use crate::state::State;
 use crate::wire::body::{empty, Body};
-use crate::wire::headers::check_host;
+use crate::wire::host::check_host;
 
 pub static X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 

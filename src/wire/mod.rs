@@ -1,8 +1,10 @@
-//! What goes on the wire whatever the route: the body type, hop-by-hop and forwarding headers,
-//! entity tags and conditionals, content codings, and JSON read the way the loosest reader does.
+//! What goes on the wire whatever the route: the body type, the host a request names, hop-by-hop
+//! and forwarding headers, entity tags and conditionals, content codings, and JSON read the way
+//! the loosest reader does.
 
 pub mod body;
 pub mod encoding;
 pub mod etag;
 pub mod headers;
+pub mod host;
 pub mod json;

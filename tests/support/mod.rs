@@ -17,6 +17,23 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
+/// One side of an HTTP/2 (prior knowledge) connection to `address`, and the task that drives
+/// it (it ends when the connection closes).
+pub async fn h2_connection(
+    address: &str,
+) -> (
+    hyper::client::conn::http2::SendRequest<http_body_util::Empty<bytes::Bytes>>,
+    tokio::task::JoinHandle<Result<(), hyper::Error>>,
+) {
+    let stream = tokio::net::TcpStream::connect(address).await.unwrap();
+    let (sender, connection) =
+        hyper::client::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
+            .handshake(hyper_util::rt::TokioIo::new(stream))
+            .await
+            .unwrap();
+    (sender, tokio::spawn(connection))
+}
+
 /// The `x-cache` header of an answer (how icecache produced it).
 pub fn x_cache(response: &reqwest::Response) -> String {
     response.headers()["x-cache"].to_str().unwrap().to_owned()
