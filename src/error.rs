@@ -14,7 +14,7 @@ use crate::cache::{CacheError, CachePhase, Failure};
 use crate::catalog::route::{Operation, RouteError};
 use crate::origin::{OriginError, UnsendablePath};
 use crate::policy::stage::Refusal;
-use crate::wire::body::{full, Body, ReadError};
+use crate::wire::body::{empty, full, Body, ReadError};
 use crate::wire::host::HostError;
 
 #[derive(Debug, Error)]
@@ -105,7 +105,8 @@ pub struct Context<'a> {
     pub operation: Operation,
 }
 
-/// Logs the failure with its causes and writes the Iceberg error a client gets.
+/// Logs the failure with its causes and writes the Iceberg error a client gets: to a `HEAD`, its
+/// status and headers without the body (hyper leaves a HEAD answer's body out on HTTP/1.1 only).
 pub fn respond(error: &ProxyError, context: &Context<'_>) -> Response<Body> {
     macro_rules! log {
         ($level:expr, $what:literal) => {
@@ -125,7 +126,11 @@ pub fn respond(error: &ProxyError, context: &Context<'_>) -> Response<Body> {
     } else {
         log!(tracing::Level::WARN, "request failed");
     }
-    iceberg_error(error.status(), error.error_type(), &error.to_string())
+    let mut response = iceberg_error(error.status(), error.error_type(), &error.to_string());
+    if context.method == Method::HEAD {
+        *response.body_mut() = empty();
+    }
+    response
 }
 
 /// The error and each of its sources, `: `-separated.

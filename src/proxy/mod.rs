@@ -29,7 +29,7 @@ use crate::origin::{ClientRequest, OriginRequest};
 use crate::policy::stage::Shape;
 use crate::policy::Policy;
 use crate::state::State;
-use crate::wire::body::{empty, Body};
+use crate::wire::body::Body;
 use crate::wire::host::check_host;
 
 pub static X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
@@ -99,11 +99,6 @@ pub async fn handle(state: &State, request: Request<Incoming>, peer: SocketAddr)
                 operation,
             };
             let mut response = error::respond(&e, &context);
-            if method == Method::HEAD {
-                // The error's status and headers, without the body a HEAD answer cannot have
-                // (hyper leaves it out on HTTP/1.1 only).
-                *response.body_mut() = empty();
-            }
             // Every answer on a cached route says how it was produced, icecache's own errors too.
             let cached_route = operation.is_cached() && state.cache.is_some();
             let phase = e.phase().or(cached_route.then_some(CachePhase::Bypass));
