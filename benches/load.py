@@ -7,6 +7,9 @@ in one run, loopback only, every load bounded in time.
   nginx     proxy_cache with `sendfile on; tcp_nopush on;`, keepalive to the upstream,
             access_log off (Debian's defaults plus the cache)
   varnish   malloc storage, `vcl_hash` on Authorization and X-Iceberg-Access-Delegation
+  floor     (hit and 304 rows) `benches/floor_server.rs`: thread per core, finds where
+            each request head ends and writes fixed bytes; no parsing, no cache. The least a
+            keep-alive server can spend here, so the ceiling of any ratio to nginx
 
 Rows: cache hits of 5 KB, 50 KB and 2 MB bodies over HTTP/1.1; the local 304; a 50 KB hit over
 TLS 1.3 (ECDSA P-256) with HTTP/1.1 and with HTTP/2; a herd of 500 cold loads; memory at 10k
@@ -175,6 +178,13 @@ def start_fixture(ps, fixture, body, etag, delay_ms=0):
     proc = ps.start([fixture, f"127.0.0.1:{port}", body, etag, str(delay_ms)])
     wait_for(f"http://127.0.0.1:{port}/__count")
     return Server("fixture (no cache)", proc, f"http://127.0.0.1:{port}"), port
+
+
+def start_floor(ps, floor, body):
+    port = free_port()
+    proc = ps.start([floor, f"127.0.0.1:{port}", body, FIXTURE_ETAG])
+    wait_for(f"http://127.0.0.1:{port}/")
+    return Server("floor (fixed bytes)", proc, f"http://127.0.0.1:{port}")
 
 
 def icecache_args(icecache, upstream, port, admin, tls):
@@ -425,6 +435,7 @@ def main():
     subprocess.run(["cargo", "build", "--release", "--quiet"], cwd=ROOT, check=True)
     icecache = os.path.join(ROOT, "target/release/icecache")
     fixture = cargo_bench_binary("fixture_server")
+    floor = cargo_bench_binary("floor_server")
     workdir = tempfile.mkdtemp(prefix="icecache-bench-")
     ps = Processes()
     c, sections = options.connections, []
@@ -435,6 +446,7 @@ def main():
         for size, label in ((5 * 1024, "5 KB"), (50 * 1024, "50 KB"), (2 * 1024 * 1024, "2 MB")):
             fixture_server, upstream, servers = bench_body(workdir, size, label, options, ps, icecache, fixture, tls)
             connections = c if size < 1024 * 1024 else min(c, 16)
+            servers.append(start_floor(ps, floor, make_body(workdir, size)))
             sections.append(render_row(row(f"{label} body, cache hit, HTTP/1.1", servers, plain, run_wrk, AUTH,
                                            options, connections, upstream)))
             print(sections[-1] + "\n", flush=True)

@@ -15,6 +15,7 @@ use crate::ops::metrics::Metrics;
 use crate::policy::stage::{self, Shape};
 use crate::wire::body::{empty, full, pieces, Body};
 use crate::wire::etag::if_none_match_matches;
+use crate::wire::seconds::seconds_value;
 
 pub static X_CACHE: HeaderName = HeaderName::from_static("x-cache");
 
@@ -84,7 +85,7 @@ pub fn from_entry(
     };
     let headers = response.headers_mut();
     headers.insert(X_CACHE.clone(), HeaderValue::from_static(phase.as_str()));
-    headers.insert(header::AGE, HeaderValue::from(entry.age(now).as_secs()));
+    headers.insert(header::AGE, seconds_value(entry.age(now).as_secs()));
     *response.extensions_mut() = case.clone();
     response
 }

@@ -31,10 +31,13 @@ pub fn if_none_match_matches<'a>(
     current: &HeaderValue,
 ) -> bool {
     let exact = current.as_bytes();
-    let current = opaque_tag(exact);
+    // Read once, and only when some field is not the tag itself.
+    let mut parsed = None;
+    let mut current = || *parsed.get_or_insert_with(|| opaque_tag(exact));
     fields.into_iter().any(|field| {
-        // The common case, a client sending back the tag it was given, needs no parsing.
-        if current.is_some() && field.as_bytes() == exact {
+        // The common case, a client sending back the tag it was given, needs no parsing of
+        // the field (the tag must still be one: anything else is read as a list below).
+        if field.as_bytes() == exact && current().is_some() {
             return true;
         }
         let Ok(text) = std::str::from_utf8(field.as_bytes()) else {
@@ -44,7 +47,10 @@ pub fn if_none_match_matches<'a>(
             return true;
         }
         parse_list(text)
-            .map(|tags| tags.iter().any(|tag| Some(*tag) == current))
+            .map(|tags| {
+                let current = current();
+                tags.iter().any(|tag| Some(*tag) == current)
+            })
             .unwrap_or(false)
     })
 }

@@ -1,6 +1,6 @@
 //! What goes on the wire whatever the route: the body type, the host a request names, hop-by-hop
-//! and forwarding headers, entity tags and conditionals, content codings, and JSON read the way
-//! the loosest reader does.
+//! and forwarding headers, entity tags and conditionals, content codings, JSON read the way
+//! the loosest reader does, and counts of seconds.
 
 pub mod body;
 pub mod encoding;
@@ -8,3 +8,4 @@ pub mod etag;
 pub mod headers;
 pub mod host;
 pub mod json;
+pub mod seconds;

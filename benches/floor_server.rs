@@ -1,0 +1,138 @@
+//! The floor of the load benchmark: a server that does as little as an HTTP/1.1 keep-alive
+//! server can and still answer wrk. Thread per core like icecache (one current-thread runtime
+//! and one SO_REUSEPORT listener per core), it only finds where each request head ends and
+//! writes fixed bytes: a 304 when the head carries the ETag, else the body. No parsing, no
+//! routing, no cache, no headers built. What it spends per request is what the machine, the
+//! kernel's loopback and the runtime cost; no server that reads HTTP can spend less.
+//!
+//! cargo bench --bench floor_server -- LISTEN BODY_FILE ETAG
+
+use std::io::IoSlice;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+struct Answers {
+    etag: Vec<u8>,
+    ok_head: Vec<u8>,
+    body: Vec<u8>,
+    not_modified: Vec<u8>,
+}
+
+fn answers(body: Vec<u8>, etag: &str) -> Answers {
+    let ok_head = format!(
+        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nETag: {etag}\r\ncontent-length: {}\r\n\r\n",
+        body.len()
+    );
+    let not_modified = format!("HTTP/1.1 304 Not Modified\r\nETag: {etag}\r\n\r\n");
+    Answers {
+        etag: etag.as_bytes().to_vec(),
+        ok_head: ok_head.into_bytes(),
+        body,
+        not_modified: not_modified.into_bytes(),
+    }
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|w| w == needle)
+}
+
+async fn serve(mut stream: TcpStream, answers: Arc<Answers>) -> std::io::Result<()> {
+    let mut buffer = vec![0u8; 16 * 1024];
+    let mut filled = 0;
+    loop {
+        let n = stream.read(&mut buffer[filled..]).await?;
+        if n == 0 {
+            return Ok(());
+        }
+        filled += n;
+        // Every complete head gets its answer; wrk does not pipeline, but a split read might.
+        while let Some(end) = find(&buffer[..filled], b"\r\n\r\n") {
+            let head = &buffer[..end];
+            if find(head, &answers.etag).is_some() {
+                stream.write_all(&answers.not_modified).await?;
+            } else {
+                write_both(&mut stream, &answers.ok_head, &answers.body).await?;
+            }
+            buffer.copy_within(end + 4..filled, 0);
+            filled -= end + 4;
+        }
+        if filled == buffer.len() {
+            return Ok(()); // a head larger than the buffer: not a benchmark request
+        }
+    }
+}
+
+/// The head and the body in one `writev`, as hyper writes them.
+async fn write_both(stream: &mut TcpStream, head: &[u8], body: &[u8]) -> std::io::Result<()> {
+    let total = head.len() + body.len();
+    let mut written = 0;
+    while written < total {
+        let n = if written < head.len() {
+            let slices = [IoSlice::new(&head[written..]), IoSlice::new(body)];
+            stream.write_vectored(&slices).await?
+        } else {
+            stream.write(&body[written - head.len()..]).await?
+        };
+        if n == 0 {
+            return Err(std::io::ErrorKind::WriteZero.into());
+        }
+        written += n;
+    }
+    Ok(())
+}
+
+fn listener(address: SocketAddr) -> std::io::Result<std::net::TcpListener> {
+    let socket = socket2::Socket::new(
+        socket2::Domain::for_address(address),
+        socket2::Type::STREAM,
+        None,
+    )?;
+    socket.set_reuse_address(true)?;
+    socket.set_reuse_port(true)?;
+    socket.set_nonblocking(true)?;
+    socket.bind(&address.into())?;
+    socket.listen(1024)?;
+    Ok(socket.into())
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| a != "--bench")
+        .collect();
+    let [listen, body_file, etag] = args.as_slice() else {
+        eprintln!("usage: floor_server LISTEN BODY_FILE ETAG");
+        std::process::exit(64);
+    };
+    let address: SocketAddr = listen.parse().expect("listen address");
+    let answers = Arc::new(answers(std::fs::read(body_file).expect("body file"), etag));
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let threads: Vec<_> = (0..cores)
+        .map(|_| {
+            let answers = answers.clone();
+            let std_listener = listener(address).expect("bind");
+            std::thread::spawn(move || {
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_io()
+                    .build()
+                    .expect("runtime");
+                runtime.block_on(async move {
+                    let listener = TcpListener::from_std(std_listener).expect("listener");
+                    loop {
+                        let Ok((stream, _)) = listener.accept().await else {
+                            continue;
+                        };
+                        let _ = stream.set_nodelay(true);
+                        tokio::spawn(serve(stream, answers.clone()));
+                    }
+                });
+            })
+        })
+        .collect();
+    for thread in threads {
+        let _ = thread.join();
+    }
+}
