@@ -140,6 +140,13 @@ mod tests {
     }
 
     #[test]
+    fn a_current_value_that_is_no_tag_is_not_matched_by_its_own_bytes() {
+        assert!(!if_none_match_matches([&hv("abc")], &hv("abc")));
+        assert!(!if_none_match_matches([&hv("\"a\"b\"")], &hv("\"a\"b\"")));
+        assert!(if_none_match_matches([&hv("*")], &hv("abc")));
+    }
+
+    #[test]
     fn a_body_in_pieces_has_the_tag_of_the_whole() {
         assert_eq!(
             strong_etag("all", b"abcdef"),
