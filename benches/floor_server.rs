@@ -5,19 +5,30 @@
 //! routing, no cache, no headers built. What it spends per request is what the machine, the
 //! kernel's loopback and the runtime cost; no server that reads HTTP can spend less.
 //!
-//! cargo bench --bench floor_server -- LISTEN BODY_FILE ETAG
+//! With `hyper` as the last argument it answers the same through hyper's HTTP/1.1 server
+//! instead (same runtimes, same answers, a trivial service): what hyper alone costs, the
+//! floor of any server built on it, icecache included.
+//!
+//! cargo bench --bench floor_server -- LISTEN BODY_FILE ETAG [hyper]
 
+use std::convert::Infallible;
 use std::io::IoSlice;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use bytes::Bytes;
+use http::{header, HeaderValue, Request, Response, StatusCode};
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 struct Answers {
     etag: Vec<u8>,
     ok_head: Vec<u8>,
-    body: Vec<u8>,
+    body: Bytes,
     not_modified: Vec<u8>,
 }
 
@@ -30,7 +41,7 @@ fn answers(body: Vec<u8>, etag: &str) -> Answers {
     Answers {
         etag: etag.as_bytes().to_vec(),
         ok_head: ok_head.into_bytes(),
-        body,
+        body: Bytes::from(body),
         not_modified: not_modified.into_bytes(),
     }
 }
@@ -63,6 +74,40 @@ async fn serve(mut stream: TcpStream, answers: Arc<Answers>) -> std::io::Result<
             return Ok(()); // a head larger than the buffer: not a benchmark request
         }
     }
+}
+
+/// The same answers through hyper.
+async fn serve_hyper(stream: TcpStream, answers: Arc<Answers>) {
+    let service = service_fn(move |request: Request<Incoming>| {
+        let answers = answers.clone();
+        async move {
+            let matches = request
+                .headers()
+                .get(header::IF_NONE_MATCH)
+                .is_some_and(|v| v.as_bytes() == answers.etag.as_slice());
+            let etag = HeaderValue::from_maybe_shared(Bytes::copy_from_slice(&answers.etag));
+            let mut response = if matches {
+                let mut r = Response::new(Full::new(Bytes::new()));
+                *r.status_mut() = StatusCode::NOT_MODIFIED;
+                r
+            } else {
+                let mut r = Response::new(Full::new(answers.body.clone()));
+                r.headers_mut().insert(
+                    header::CONTENT_TYPE,
+                    HeaderValue::from_static("application/json"),
+                );
+                r
+            };
+            if let Ok(etag) = etag {
+                response.headers_mut().insert(header::ETAG, etag);
+            }
+            Ok::<_, Infallible>(response)
+        }
+    });
+    let _ = hyper::server::conn::http1::Builder::new()
+        .keep_alive(true)
+        .serve_connection(TokioIo::new(stream), service)
+        .await;
 }
 
 /// The head and the body in one `writev`, as hyper writes them.
@@ -103,9 +148,13 @@ fn main() {
         .skip(1)
         .filter(|a| a != "--bench")
         .collect();
-    let [listen, body_file, etag] = args.as_slice() else {
-        eprintln!("usage: floor_server LISTEN BODY_FILE ETAG");
-        std::process::exit(64);
+    let (listen, body_file, etag, through_hyper) = match args.as_slice() {
+        [listen, body_file, etag] => (listen, body_file, etag, false),
+        [listen, body_file, etag, mode] if mode == "hyper" => (listen, body_file, etag, true),
+        _ => {
+            eprintln!("usage: floor_server LISTEN BODY_FILE ETAG [hyper]");
+            std::process::exit(64);
+        }
     };
     let address: SocketAddr = listen.parse().expect("listen address");
     let answers = Arc::new(answers(std::fs::read(body_file).expect("body file"), etag));
@@ -126,7 +175,11 @@ fn main() {
                             continue;
                         };
                         let _ = stream.set_nodelay(true);
-                        tokio::spawn(serve(stream, answers.clone()));
+                        if through_hyper {
+                            tokio::spawn(serve_hyper(stream, answers.clone()));
+                        } else {
+                            tokio::spawn(serve(stream, answers.clone()));
+                        }
                     }
                 });
             })
