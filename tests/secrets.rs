@@ -511,6 +511,84 @@ async fn a_catalog_that_gzips_anyway_is_decoded_and_stripped_on_every_route() {
     }
 }
 
+/// Every route a stand-in that puts secrets beside an answer's members has, answered through
+/// `icecache`: none of them may carry a key, whatever its status.
+async fn assert_no_top_level_keys(icecache: &Icecache, load_status: u16) {
+    let client = reqwest::Client::new();
+    let url = |path: &str| format!("{}{path}", icecache.url);
+    let mut answers = Vec::new();
+    for _ in 0..2 {
+        // Twice: the second loadTable is answered from the cache when the first was stored.
+        answers.push(("loadTable", load_as(icecache, "alice").await));
+    }
+    answers.push((
+        "loadCredentials",
+        client
+            .get(url(&format!("{TABLE}/credentials")))
+            .bearer_auth("alice")
+            .send()
+            .await
+            .unwrap(),
+    ));
+    answers.push((
+        "unknown route",
+        client
+            .get(url("/v1/warehouse/something/else"))
+            .bearer_auth("alice")
+            .send()
+            .await
+            .unwrap(),
+    ));
+    answers.push(("commit", support::empty_commit(&url(TABLE), "alice").await));
+    answers.push((
+        "commit to a missing table (404)",
+        support::empty_commit(&url("/v1/namespaces/db/tables/missing"), "alice").await,
+    ));
+    for (route, response) in answers {
+        let status = response.status().as_u16();
+        if route == "loadTable" {
+            assert_eq!(status, load_status, "{route}");
+        }
+        let text = response.text().await.unwrap();
+        assert_eq!(
+            vended_keys(&text),
+            Vec::<String>::new(),
+            "{route} ({status}): {text}"
+        );
+        assert!(
+            !text.to_ascii_lowercase().contains("session-token"),
+            "{route}: {text}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn secrets_beside_an_answers_members_are_stripped_on_every_route_and_status() {
+    for status in [None, Some(500)] {
+        let catalog = standin(Shape {
+            top_level_secrets: true,
+            status,
+            ..Shape::default()
+        })
+        .await;
+        let icecache = Icecache::start(&catalog.url, &["--credentials", "strip"]).await;
+        assert_no_top_level_keys(&icecache, status.unwrap_or(200)).await;
+    }
+}
+
+#[tokio::test]
+async fn secrets_beside_an_answers_members_are_stripped_under_inject_too() {
+    let catalog = standin(Shape {
+        top_level_secrets: true,
+        ..Shape::default()
+    })
+    .await;
+    let secret = Secret::new("injected-secret");
+    let config = ConfigFile::new(&inject_config(&secret.0, ""));
+    let icecache = Icecache::start(&catalog.url, &["--config", config.path()]).await;
+    assert_no_top_level_keys(&icecache, 200).await;
+}
+
 #[test]
 fn a_password_in_a_malformed_upstream_url_is_never_echoed() {
     for upstream in [

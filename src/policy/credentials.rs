@@ -137,10 +137,17 @@ impl Vended {
 /// Reads the credential fields of a LoadTableResult; an error means the body is not a
 /// LoadTableResult (or not JSON) and must not be cached.
 pub fn inspect(body: &[u8]) -> Result<Vended, serde_json::Error> {
-    let sections = sections(&Members::parse(body)?)?;
-    Ok(vended_by(
+    let members = Members::parse(body)?;
+    let sections = sections(&members)?;
+    let mut vended = vended_by(
         std::iter::once(&sections.config).chain(sections.storage.iter().flatten().map(|(_, c)| c)),
-    ))
+    );
+    // A secret's name beside them, where no Iceberg answer puts one, counts as vended too.
+    vended.has_secrets |= members
+        .others(&[CONFIG, STORAGE_CREDENTIALS])
+        .iter()
+        .any(|(key, _)| CREDENTIAL_KEYS.matches(key));
+    Ok(vended)
 }
 
 fn vended_by<'a>(configs: impl Iterator<Item = &'a HashMap<String, Value>>) -> Vended {
@@ -261,6 +268,12 @@ pub fn strip(
         serde_json::to_writer(&mut out, &kept)?;
     }
     for (key, raw) in members.others(&[CONFIG, STORAGE_CREDENTIALS]) {
+        // A secret's name at the top level goes too, whatever the answer is: nothing an
+        // Iceberg answer holds there is named like one.
+        if secret.matches(key) {
+            removed += 1;
+            continue;
+        }
         member(&mut out, key)?;
         if layout == Layout::AsIs {
             // Not a LoadTableResult: nothing in it is table metadata to keep unread.
@@ -431,6 +444,32 @@ mod tests {
         assert_eq!(storage[0]["config"]["s3.signer.uri"], "http://sign");
         assert_eq!(stripped.removed, 6);
         assert!(!stripped.vended.has_secrets);
+    }
+
+    #[test]
+    fn a_secret_named_at_the_top_level_is_stripped_in_every_layout() {
+        let body = br#"{"metadata":{},"s3.secret-access-key":"SK","S3.Session-Token":"ST","token":"T","config":{},"metadata-location":"m"}"#;
+        for layout in [Layout::ConfigFirst, Layout::AsIs] {
+            let stripped = strip(body, &KeyPatterns::default(), layout).unwrap();
+            let text = std::str::from_utf8(&stripped.body).unwrap();
+            for secret in ["SK", "ST", "\"T\""] {
+                assert!(
+                    !text.contains(secret),
+                    "{secret} left in {text} ({layout:?})"
+                );
+            }
+            assert_eq!(stripped.removed, 3, "{layout:?}");
+            let value: Value = serde_json::from_slice(&stripped.body).unwrap();
+            assert_eq!(value["metadata-location"], "m");
+        }
+    }
+
+    #[test]
+    fn a_secret_named_at_the_top_level_counts_as_vended() {
+        let v = inspect(br#"{"metadata":{},"config":{},"s3.session-token":"ST"}"#).unwrap();
+        assert!(v.has_secrets);
+        let v = inspect(br#"{"metadata":{},"config":{},"metadata-location":"m"}"#).unwrap();
+        assert!(!v.has_secrets);
     }
 
     #[test]

@@ -50,6 +50,9 @@ pub struct Shape {
     pub commit_vends: bool,
     /// How long a commit's answer takes after the commit was applied.
     pub commit_delay: Duration,
+    /// Every JSON object answered (errors too) also carries secrets as top-level members,
+    /// where no Iceberg answer puts them.
+    pub top_level_secrets: bool,
 }
 
 impl Default for Shape {
@@ -71,6 +74,7 @@ impl Default for Shape {
             gzip: false,
             commit_vends: false,
             commit_delay: Duration::ZERO,
+            top_level_secrets: false,
         }
     }
 }
@@ -381,7 +385,37 @@ async fn answer(state: Arc<State>, request: Request<Incoming>) -> Result<Answer,
         }
         _ => error(404, "NotFoundException"),
     };
+    let answer = if shape.top_level_secrets {
+        with_top_level_secrets(answer, &who, n)
+    } else {
+        answer
+    };
     Ok(if shape.gzip { gzipped(answer) } else { answer })
+}
+
+/// The answer with secrets beside its members, if it is a JSON object.
+fn with_top_level_secrets(answer: Answer, who: &str, n: u64) -> Answer {
+    let (mut parts, body) = answer.into_parts();
+    let bytes = futures::executor::block_on(body.collect())
+        .map(|c| c.to_bytes())
+        .unwrap_or_default();
+    let Ok(Value::Object(mut object)) = serde_json::from_slice::<Value>(&bytes) else {
+        return Response::from_parts(parts, Full::new(bytes));
+    };
+    object.insert(
+        "s3.secret-access-key".into(),
+        json!(format!("SK-top-{who}-{n}")),
+    );
+    object.insert(
+        "S3.Session-Token".into(),
+        json!(format!("ST-top-{who}-{n}")),
+    );
+    object.insert("token".into(), json!(format!("SC-top-{who}-{n}")));
+    parts.headers.remove("content-length");
+    Response::from_parts(
+        parts,
+        Full::new(Bytes::from(Value::Object(object).to_string())),
+    )
 }
 
 /// The answer gzip-encoded, as a catalog that ignores `Accept-Encoding` would send it.
