@@ -1,7 +1,8 @@
 //! Path spellings catalogs read differently. A servlet or JAX-RS catalog drops `;parameters`
 //! from a segment before it routes (the stand-in here does the same), others keep them; Go,
 //! axum and JAX-RS read `+` in a path as a plus, Iceberg's Java code as a space. Where catalogs
-//! disagree, icecache neither merges two names into one entry nor lets a write miss an entry.
+//! disagree, icecache neither merges two names into one entry nor lets a write miss an entry;
+//! nor where a Go catalog folds case more than lower case does.
 
 mod support;
 
@@ -88,4 +89,23 @@ async fn a_commit_to_the_plus_spelling_invalidates_the_space_spelling() {
         before, after,
         "the other spelling's entry was not invalidated"
     );
+}
+
+#[tokio::test]
+async fn a_commit_to_a_name_go_folds_onto_another_invalidates_the_other() {
+    // Go's `strings.EqualFold` takes `ſ` for `s`, `ς` for `σ` and `µ` (micro) for `μ`, which
+    // lower case keeps apart: a Go catalog may hold one table under both names.
+    for (written, loaded) in [
+        ("%C5%BFt", "st"),
+        ("%CF%82x", "%CF%83x"),
+        ("%C2%B5x", "%CE%BCx"),
+    ] {
+        let (catalog, icecache) = setup(&[written, loaded]).await;
+        let before = version(&icecache, &format!("{TABLES}/{loaded}")).await;
+        let committed = empty_commit(&format!("{}{TABLES}/{written}", icecache.url), "alice").await;
+        assert_eq!(committed.status(), 200, "{written}");
+        catalog.commit_directly(loaded);
+        let after = version(&icecache, &format!("{TABLES}/{loaded}")).await;
+        assert_ne!(before, after, "a commit to {written} left {loaded} stale");
+    }
 }

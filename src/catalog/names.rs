@@ -21,7 +21,7 @@ impl TableId {
 }
 
 /// A table as any spelling of it may name it: no prefix, namespace parts also split on `.`,
-/// everything lower-cased, `+` read as a space. Two distinct tables may share one (then a
+/// everything case folded (see `fold`), `+` read as a space. Two distinct tables may share one (then a
 /// write to either invalidates both, which costs a refill, never a stale answer).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct LooseName(Arc<(Vec<String>, String)>);
@@ -45,7 +45,7 @@ impl LooseName {
     }
 }
 
-/// Namespace parts as every spelling may give them: split on `.`, lower-cased, empty parts
+/// Namespace parts as every spelling may give them: split on `.`, case folded, empty parts
 /// dropped.
 pub fn loose_namespace(parts: &[String]) -> Vec<String> {
     parts
@@ -58,8 +58,19 @@ pub fn loose_namespace(parts: &[String]) -> Vec<String> {
 
 /// A name as every catalog might read it: case folded, and `+` taken for the space some
 /// catalogs decode it to.
+///
+/// Lower case alone is not what every catalog compares: Go's `strings.EqualFold` takes `ſ`
+/// for `s`, `ς` for `σ` and `µ` for `μ`, which have different lower cases. Lowering, raising
+/// and lowering again lands each of those sets on one spelling and keeps every pair lower
+/// case already joins (`ẞ` and `ß` both become `ss`): coarser than either comparison, which
+/// can only cost a refill.
 fn fold(name: &str) -> String {
-    name.to_lowercase().replace('+', " ")
+    let folded = if name.is_ascii() {
+        name.to_ascii_lowercase()
+    } else {
+        name.to_lowercase().to_uppercase().to_lowercase()
+    };
+    folded.replace('+', " ")
 }
 
 #[cfg(test)]
@@ -68,6 +79,32 @@ mod tests {
 
     fn parts(p: &[&str]) -> Vec<String> {
         p.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn names_go_folds_together_are_one_loose_name() {
+        for (a, b) in [
+            ("\u{17f}t", "st"),
+            ("\u{17f}t", "ST"),
+            ("\u{3c2}x", "\u{3c3}x"),
+            ("\u{3c2}x", "\u{3a3}x"),
+            ("\u{b5}x", "\u{3bc}x"),
+            ("\u{212a}elvin", "kelvin"),
+            ("\u{212b}", "\u{e5}"),
+            ("\u{3d1}", "\u{398}"),
+            ("\u{1c5}", "\u{1c6}"),
+            ("\u{1e9e}", "\u{df}"),
+        ] {
+            assert_eq!(
+                LooseName::new(&parts(&[a]), a),
+                LooseName::new(&parts(&[b]), b),
+                "{a} and {b}"
+            );
+        }
+        assert_ne!(
+            LooseName::new(&parts(&["db"]), "s"),
+            LooseName::new(&parts(&["db"]), "t")
+        );
     }
 
     #[test]
