@@ -71,9 +71,16 @@ fn parse_list(text: &str) -> Option<Vec<&[u8]>> {
     let mut tags = Vec::new();
     let bytes = text.as_bytes();
     let mut i = 0;
+    // A tag must be followed by a comma (or the end), whitespace aside: `"a""b"` is no list.
+    let mut after_tag = false;
     while i < bytes.len() {
         match bytes[i] {
-            b' ' | b'\t' | b',' => i += 1,
+            b' ' | b'\t' => i += 1,
+            b',' => {
+                after_tag = false;
+                i += 1;
+            }
+            _ if after_tag => return None,
             _ => {
                 let start = i;
                 if bytes[i..].starts_with(b"W/") {
@@ -85,6 +92,7 @@ fn parse_list(text: &str) -> Option<Vec<&[u8]>> {
                 let close = bytes[i + 1..].iter().position(|&c| c == b'"')? + i + 1;
                 tags.push(opaque_tag(&bytes[start..=close])?);
                 i = close + 1;
+                after_tag = true;
             }
         }
     }
@@ -137,6 +145,27 @@ mod tests {
             &hv("\"abc\"")
         ));
         assert!(!if_none_match_matches(std::iter::empty(), &hv("\"abc\"")));
+    }
+
+    #[test]
+    fn tags_not_separated_by_commas_are_no_list() {
+        for field in [
+            "\"x\"\"abc\"",
+            "\"abc\"\"x\"",
+            "\"\"\"abc\"",
+            "\"x\" \"abc\"",
+            "W/\"x\"W/\"abc\"",
+        ] {
+            assert!(
+                !if_none_match_matches([&hv(field)], &hv("\"abc\"")),
+                "{field}"
+            );
+        }
+        assert!(if_none_match_matches(
+            [&hv("\"x\" , \"abc\"")],
+            &hv("\"abc\"")
+        ));
+        assert!(if_none_match_matches([&hv(",\"abc\",")], &hv("\"abc\"")));
     }
 
     #[test]
