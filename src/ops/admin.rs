@@ -244,6 +244,20 @@ async fn purge<B>(state: &State, request: &Request<B>) -> Response<Body> {
         .filter(|p| !p.is_empty())
     {
         let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+        // A purge that names two things, or an empty one, is refused rather than narrowed to
+        // a guess: it would leave entries the operator meant to be gone.
+        let repeated = match name {
+            "namespace" => namespace.is_some(),
+            "table" => table.is_some(),
+            _ => false,
+        };
+        if repeated || (matches!(name, "namespace" | "table") && value.is_empty()) {
+            return iceberg_error(
+                StatusCode::BAD_REQUEST,
+                "BadRequestException",
+                &format!("purge parameter {name:?} must be given once, and not empty"),
+            );
+        }
         let decoded = match name {
             "prefix" => decode_component(value).map(drop),
             "namespace" => decode_namespace(value, &separator).map(|v| namespace = Some(v)),
