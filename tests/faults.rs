@@ -166,6 +166,15 @@ async fn assert_iceberg_error(response: reqwest::Response, status: u16) {
     assert_eq!(body["error"]["code"], status);
 }
 
+/// `icecache_upstream_errors_total` of one kind.
+async fn upstream_errors(icecache: &Icecache, kind: &str) -> f64 {
+    let text = icecache.metrics().await;
+    metric(
+        &text,
+        &format!("icecache_upstream_errors_total{{kind=\"{kind}\"}}"),
+    )
+}
+
 /// After the fault, the catalog behaves again: the next load is a fresh fill, then a hit.
 async fn assert_recovers_without_leftovers(catalog: &BadCatalog, icecache: &Icecache) {
     catalog.set(Mode::Good);
@@ -186,6 +195,7 @@ async fn a_catalog_that_never_answers_is_a_504_and_nothing_is_cached() {
     let started = Instant::now();
     assert_iceberg_error(load(&icecache).await, 504).await;
     assert!(started.elapsed() < Duration::from_secs(5));
+    assert_eq!(upstream_errors(&icecache, "timeout").await, 1.0);
     assert_recovers_without_leftovers(&catalog, &icecache).await;
 }
 
@@ -194,6 +204,7 @@ async fn a_body_that_stalls_during_a_fill_is_a_504_and_nothing_is_cached() {
     let (catalog, icecache) = setup(&[]).await;
     catalog.set(Mode::StallBody);
     assert_iceberg_error(load(&icecache).await, 504).await;
+    assert_eq!(upstream_errors(&icecache, "timeout").await, 1.0);
     assert_recovers_without_leftovers(&catalog, &icecache).await;
 }
 
@@ -221,6 +232,8 @@ async fn a_body_cut_short_with_a_lying_length_is_a_502_and_nothing_is_cached() {
     let (catalog, icecache) = setup(&[]).await;
     catalog.set(Mode::Truncate);
     assert_iceberg_error(load(&icecache).await, 502).await;
+    assert_eq!(upstream_errors(&icecache, "protocol").await, 1.0);
+    assert_eq!(upstream_errors(&icecache, "timeout").await, 0.0);
     assert_recovers_without_leftovers(&catalog, &icecache).await;
 }
 

@@ -321,12 +321,23 @@ impl Origin {
         remove_hop_by_hop(&mut parts.headers);
         let body = read_to_bytes(body, limit, self.request_timeout)
             .await
-            .map_err(OriginError::from)?;
+            .map_err(|e| self.read_failed(e))?;
         Ok(Fetched {
             status: parts.status,
             headers: parts.headers,
             body,
         })
+    }
+
+    /// A failure reading an answer's body, counted in `icecache_upstream_errors_total` as a
+    /// failure before the head is: a body that stalls or breaks off is the catalog's failure
+    /// too. One longer than icecache reads is not (that is icecache's own limit).
+    pub fn read_failed(&self, error: ReadError) -> OriginError {
+        let error = OriginError::from(error);
+        if !matches!(error, OriginError::TooLarge { .. }) {
+            self.metrics.upstream_error(error.kind());
+        }
+        error
     }
 
     /// The request `/readyz` sends until the catalog has answered once.

@@ -8,7 +8,6 @@ use hyper::body::Incoming;
 use super::{origin_request, Exchange};
 use crate::catalog::config_rewrite;
 use crate::error::ProxyError;
-use crate::origin::OriginError;
 use crate::policy::Credentials;
 use crate::wire::body::{full, read_to_bytes, stream, Body};
 use crate::wire::encoding::decode;
@@ -35,7 +34,7 @@ pub async fn serve(
     }
     let raw = read_to_bytes(body, MAX_CONFIG_BODY, idle)
         .await
-        .map_err(OriginError::from)?;
+        .map_err(|e| exchange.state.origin.read_failed(e))?;
     let strips = exchange.policy.credentials != Credentials::Passthrough;
     // Asked for the identity encoding; an answer encoded anyway is decoded to be read.
     let plain = match decode(&mut parts.headers, raw.clone(), MAX_CONFIG_BODY) {

@@ -10,7 +10,6 @@ use hyper::body::Incoming;
 use super::Exchange;
 use crate::cache::POLICY_READ_LIMIT;
 use crate::error::ProxyError;
-use crate::origin::OriginError;
 use crate::policy::stage::{self, Refusal, Shape};
 use crate::policy::{Credentials, Policy};
 use crate::wire::body::{pieces, read_to_bytes, stream, Body};
@@ -44,7 +43,7 @@ pub async fn relay(
     };
     let bytes = read_to_bytes(body, POLICY_READ_LIMIT, idle)
         .await
-        .map_err(|e| ProxyError::Origin(OriginError::from(e)))?;
+        .map_err(|e| ProxyError::Origin(exchange.state.origin.read_failed(e)))?;
     // Asked for the identity encoding; a catalog that encodes anyway is decoded, not trusted.
     let bytes = decode(&mut parts.headers, bytes, POLICY_READ_LIMIT)
         .map_err(Refusal::from)
