@@ -513,7 +513,7 @@ async fn a_catalog_that_gzips_anyway_is_decoded_and_stripped_on_every_route() {
 
 /// Every route a stand-in that puts secrets beside an answer's members has, answered through
 /// `icecache`: none of them may carry a key, whatever its status.
-async fn assert_no_top_level_keys(icecache: &Icecache, load_status: u16) {
+async fn assert_no_top_level_keys(icecache: &Icecache, load_status: Option<u16>) {
     let client = reqwest::Client::new();
     let url = |path: &str| format!("{}{path}", icecache.url);
     let mut answers = Vec::new();
@@ -539,6 +539,15 @@ async fn assert_no_top_level_keys(icecache: &Icecache, load_status: u16) {
             .await
             .unwrap(),
     ));
+    answers.push((
+        "config",
+        client
+            .get(url("/v1/config"))
+            .bearer_auth("alice")
+            .send()
+            .await
+            .unwrap(),
+    ));
     answers.push(("commit", support::empty_commit(&url(TABLE), "alice").await));
     answers.push((
         "commit to a missing table (404)",
@@ -546,8 +555,8 @@ async fn assert_no_top_level_keys(icecache: &Icecache, load_status: u16) {
     ));
     for (route, response) in answers {
         let status = response.status().as_u16();
-        if route == "loadTable" {
-            assert_eq!(status, load_status, "{route}");
+        if let Some(expected) = load_status.filter(|_| route == "loadTable") {
+            assert_eq!(status, expected, "{route}");
         }
         let text = response.text().await.unwrap();
         assert_eq!(
@@ -572,7 +581,25 @@ async fn secrets_beside_an_answers_members_are_stripped_on_every_route_and_statu
         })
         .await;
         let icecache = Icecache::start(&catalog.url, &["--credentials", "strip"]).await;
-        assert_no_top_level_keys(&icecache, status.unwrap_or(200)).await;
+        assert_no_top_level_keys(&icecache, Some(status.unwrap_or(200))).await;
+    }
+}
+
+#[tokio::test]
+async fn an_answer_icecache_cannot_parse_is_refused_rather_than_passed_with_its_secrets() {
+    for status in [None, Some(500)] {
+        let catalog = standin(Shape {
+            top_level_secrets: true,
+            unreadable_json: true,
+            status,
+            ..Shape::default()
+        })
+        .await;
+        let icecache = Icecache::start(&catalog.url, &["--credentials", "strip"]).await;
+        // Every route is refused (502) or scrubbed; none passes the catalog's bytes on. (A
+        // LoadTableResult's members beside `config` are kept unread, so its load may succeed.)
+        let load = status.map(|_| 502);
+        assert_no_top_level_keys(&icecache, load).await;
     }
 }
 
@@ -586,7 +613,7 @@ async fn secrets_beside_an_answers_members_are_stripped_under_inject_too() {
     let secret = Secret::new("injected-secret");
     let config = ConfigFile::new(&inject_config(&secret.0, ""));
     let icecache = Icecache::start(&catalog.url, &["--config", config.path()]).await;
-    assert_no_top_level_keys(&icecache, 200).await;
+    assert_no_top_level_keys(&icecache, Some(200)).await;
 }
 
 #[test]

@@ -10,7 +10,7 @@ use bytes::Bytes;
 use thiserror::Error;
 
 use super::credentials::{self, spliced, Layout, Vended};
-use super::{Credentials, Policy};
+use super::{Credentials, KeyPatterns, Policy};
 
 /// What a route's successful answer is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -88,15 +88,43 @@ pub fn process(shape: Shape, body: Bytes, policy: &Policy) -> Result<Processed, 
                 removed: stripped.removed,
             })
         }
-        // Not an object: no client reads it as a LoadTableResult either.
-        Err(_) if shape == Shape::Unknown => Ok(Processed {
-            body,
-            vended: None,
-            config_empty: false,
-            removed: 0,
-        }),
+        Err(_) if shape == Shape::Unknown => scrub_other(body, &policy.strip),
         Err(e) => Err(Refusal::NotJson(e)),
     }
+}
+
+/// An answer of no known shape that is not a JSON object icecache can read member by member:
+/// other JSON (an array, say) is scrubbed at any depth; bytes that look like JSON but that
+/// icecache's parser refuses (a lone surrogate escape, `1e400`, deep nesting) are refused,
+/// since a laxer client may read a secret in them; anything else (a text or HTML page) holds
+/// no member and passes.
+fn scrub_other(body: Bytes, secret: &KeyPatterns) -> Result<Processed, Refusal> {
+    let processed = |body, removed| Processed {
+        body,
+        vended: None,
+        config_empty: false,
+        removed,
+    };
+    match serde_json::from_slice::<serde_json::Value>(&body) {
+        Ok(mut value) => {
+            let removed = credentials::scrub(&mut value, secret);
+            if removed == 0 {
+                return Ok(processed(body, 0));
+            }
+            let bytes = serde_json::to_vec(&value).map_err(Refusal::NotJson)?;
+            Ok(processed(Bytes::from(bytes), removed))
+        }
+        Err(e) if looks_like_json(&body) => Err(Refusal::NotJson(e)),
+        Err(_) => Ok(processed(body, 0)),
+    }
+}
+
+/// Whether a body opens like a JSON object or array (after whitespace and a byte order mark).
+pub fn looks_like_json(body: &[u8]) -> bool {
+    let body = body.strip_prefix(b"\xef\xbb\xbf").unwrap_or(body);
+    body.iter()
+        .find(|b| !b.is_ascii_whitespace())
+        .is_some_and(|b| matches!(b, b'{' | b'['))
 }
 
 /// The prefixes of a LoadCredentialsResponse's storage credentials (not secrets).
@@ -207,6 +235,35 @@ mod tests {
         )
         .unwrap();
         assert_eq!(&other.body[..], b"<html>");
+    }
+
+    #[test]
+    fn other_json_is_scrubbed_and_json_no_parser_here_reads_is_refused() {
+        let p = policy(Credentials::Strip);
+        let array = process(
+            Shape::Unknown,
+            Bytes::from_static(br#"[{"token":"T","keep":1},{"x":{"s3.session-token":"S"}}]"#),
+            &p,
+        )
+        .unwrap();
+        assert_eq!(&array.body[..], br#"[{"keep":1},{"x":{}}]"#);
+        assert_eq!(array.removed, 2);
+        let deep = format!("{}{}", "[".repeat(300), "]".repeat(300));
+        for body in [
+            r#"{"token":"T","x":"\ud800"}"#.to_owned(),
+            r#"{"token":"T","x":1e400}"#.to_owned(),
+            "\u{feff} {\"token\":\"T\",\"x\":\"a\u{1}b\"}".to_owned(),
+            deep,
+        ] {
+            let out = process(Shape::Unknown, Bytes::from(body.clone()), &p);
+            assert!(out.is_err(), "passed: {body:.40}");
+        }
+        let text = process(Shape::Unknown, Bytes::from_static(b"token=T"), &p).unwrap();
+        assert_eq!(
+            &text.body[..],
+            b"token=T",
+            "a page that is no JSON has no members"
+        );
     }
 
     #[test]

@@ -53,6 +53,9 @@ pub struct Shape {
     /// Every JSON object answered (errors too) also carries secrets as top-level members,
     /// where no Iceberg answer puts them.
     pub top_level_secrets: bool,
+    /// With `top_level_secrets`: each such answer also holds `"\ud800"`, JSON by the grammar
+    /// that serde_json (and so icecache) refuses and Python's `json` reads.
+    pub unreadable_json: bool,
 }
 
 impl Default for Shape {
@@ -75,6 +78,7 @@ impl Default for Shape {
             commit_vends: false,
             commit_delay: Duration::ZERO,
             top_level_secrets: false,
+            unreadable_json: false,
         }
     }
 }
@@ -386,7 +390,7 @@ async fn answer(state: Arc<State>, request: Request<Incoming>) -> Result<Answer,
         _ => error(404, "NotFoundException"),
     };
     let answer = if shape.top_level_secrets {
-        with_top_level_secrets(answer, &who, n)
+        with_top_level_secrets(answer, &who, n, shape.unreadable_json)
     } else {
         answer
     };
@@ -394,7 +398,7 @@ async fn answer(state: Arc<State>, request: Request<Incoming>) -> Result<Answer,
 }
 
 /// The answer with secrets beside its members, if it is a JSON object.
-fn with_top_level_secrets(answer: Answer, who: &str, n: u64) -> Answer {
+fn with_top_level_secrets(answer: Answer, who: &str, n: u64, unreadable: bool) -> Answer {
     let (mut parts, body) = answer.into_parts();
     let bytes = futures::executor::block_on(body.collect())
         .map(|c| c.to_bytes())
@@ -412,10 +416,12 @@ fn with_top_level_secrets(answer: Answer, who: &str, n: u64) -> Answer {
     );
     object.insert("token".into(), json!(format!("SC-top-{who}-{n}")));
     parts.headers.remove("content-length");
-    Response::from_parts(
-        parts,
-        Full::new(Bytes::from(Value::Object(object).to_string())),
-    )
+    let mut text = Value::Object(object).to_string();
+    if unreadable {
+        text.pop();
+        text.push_str(r#","x":"\ud800"}"#);
+    }
+    Response::from_parts(parts, Full::new(Bytes::from(text)))
 }
 
 /// The answer gzip-encoded, as a catalog that ignores `Accept-Encoding` would send it.
