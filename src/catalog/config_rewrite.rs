@@ -3,14 +3,16 @@
 //! A catalog may answer with a `uri` in `overrides` or `defaults` (Lakekeeper puts one in
 //! `overrides`); clients follow it and would route around the cache. icecache replaces it with its
 //! own public URL. The catalog's advertised `namespace-separator` (URL-encoded, spec 1.11) is
-//! returned so that the route decoder can use it. Under `strip` and `inject` secrets a catalog
-//! put in `defaults` or `overrides` are removed as they are from a LoadTableResult.
+//! returned so that the route decoder can use it. Under `strip` and `inject` every member named
+//! like a secret is removed, at any depth (a config has no place one belongs).
 
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 use bytes::Bytes;
 use serde_json::Value;
+
+use crate::wire::json::fold;
 
 /// The outcome of reading a config response.
 #[derive(Debug, PartialEq)]
@@ -21,48 +23,50 @@ pub struct ConfigAnswer {
     pub separator: Option<String>,
 }
 
-/// Reads a `/v1/config` body; None when it is not a JSON object (then it passes on untouched).
-/// Keys that `secrets` matches are removed from both sections.
+/// Reads a `/v1/config` body; None when it is not a JSON object (the caller decides whether it
+/// passes on untouched). Members that `secrets` matches are removed wherever they are.
 pub fn read(
     body: &[u8],
     public_url: &str,
     secrets: Option<&crate::policy::KeyPatterns>,
 ) -> Option<ConfigAnswer> {
     let mut config: Value = serde_json::from_slice(body).ok()?;
-    if !config.is_object() {
-        return None;
-    }
     let mut changed = false;
-    let mut separator = None;
-    for section in ["defaults", "overrides"] {
-        let Some(properties) = config.get_mut(section).and_then(Value::as_object_mut) else {
+    if let Some(secrets) = secrets {
+        // Anywhere in it, the top level included: a config has no place a secret belongs.
+        changed |= crate::policy::credentials::scrub(&mut config, secrets) > 0;
+    }
+    let object = config.as_object_mut()?;
+    // `overrides` win over `defaults`, as they do for clients, in whichever order they come.
+    let (mut from_defaults, mut from_overrides) = (None, None);
+    for (key, value) in object.iter_mut() {
+        // A Go client reads `DEFAULTS` as `defaults`: every spelling of a section counts.
+        let advertised = match fold(key).as_str() {
+            "defaults" => &mut from_defaults,
+            "overrides" => &mut from_overrides,
+            _ => continue,
+        };
+        let Some(properties) = value.as_object_mut() else {
             continue;
         };
-        if let Some(secrets) = secrets {
-            let before = properties.len();
-            properties.retain(|key, _| !secrets.matches(key));
-            changed |= properties.len() != before;
-        }
         if let Some(uri) = properties.get_mut("uri") {
             if uri.as_str() != Some(public_url) {
                 *uri = Value::String(public_url.to_owned());
                 changed = true;
             }
         }
-        // `overrides` come second and win, as they do for clients.
-        if let Some(advertised) = properties
+        if let Some(separator) = properties
             .get("namespace-separator")
             .and_then(Value::as_str)
+            .filter(|s| !s.is_empty() && !s.contains('/'))
         {
-            if !advertised.is_empty() && !advertised.contains('/') {
-                separator = Some(advertised.to_owned());
-            }
+            *advertised = Some(separator.to_owned());
         }
     }
     let rewritten = changed.then(|| Bytes::from(config.to_string()));
     Some(ConfigAnswer {
         rewritten,
-        separator,
+        separator: from_overrides.or(from_defaults),
     })
 }
 
@@ -138,6 +142,19 @@ mod tests {
         assert_eq!(
             rewritten,
             serde_json::json!({"defaults":{"s3.endpoint":"e"},"overrides":{}})
+        );
+    }
+
+    #[test]
+    fn secrets_anywhere_in_the_config_are_stripped_and_every_spelling_of_a_section_rewritten() {
+        let body = br#"{"token":"T","DEFAULTS":{"s3.secret-access-key":"S","uri":"http://c"},"Overrides":{"x":{"token":"T2"},"namespace-separator":"%2E"},"other":[{"s3.session-token":"S2"}]}"#;
+        let patterns = crate::policy::KeyPatterns::default();
+        let answer = read(body, "http://i", Some(&patterns)).unwrap();
+        assert_eq!(answer.separator.as_deref(), Some("%2E"));
+        let rewritten: Value = serde_json::from_slice(&answer.rewritten.unwrap()).unwrap();
+        assert_eq!(
+            rewritten,
+            serde_json::json!({"DEFAULTS":{"uri":"http://i"},"Overrides":{"x":{},"namespace-separator":"%2E"},"other":[{}]})
         );
     }
 

@@ -1,13 +1,16 @@
 //! `GET /v1/config`: asked for uncompressed, read, its `uri` pointed back at icecache, its
-//! separator learned, and (under `strip` and `inject`) its secrets removed.
+//! separator learned, and (under `strip` and `inject`) its secrets removed, or refused when it
+//! is not a JSON object icecache can read.
 
 use http::header::{self, HeaderValue};
 use http::{Request, Response, StatusCode};
 use hyper::body::Incoming;
+use serde::de::Error as _;
 
 use super::{origin_request, Exchange};
 use crate::catalog::config_rewrite;
 use crate::error::ProxyError;
+use crate::policy::stage::Refusal;
 use crate::policy::Credentials;
 use crate::wire::body::{full, read_to_bytes, stream, Body};
 use crate::wire::encoding::decode;
@@ -47,6 +50,15 @@ pub async fn serve(
     };
     let secrets = strips.then(|| exchange.policy.strip.as_ref());
     let answer = config_rewrite::read(&plain, &public_url, secrets);
+    if answer.is_none() && strips {
+        // Not a JSON object icecache can read: nothing says what a client would read in it.
+        exchange.state.metrics.credentials_refused.inc();
+        let not_an_object =
+            serde_json::from_slice::<serde_json::Map<String, serde_json::Value>>(&plain)
+                .err()
+                .unwrap_or_else(|| serde_json::Error::custom("not a JSON object"));
+        return Err(ProxyError::Refused(Refusal::NotJson(not_an_object)));
+    }
     if let Some(separator) = answer.as_ref().and_then(|a| a.separator.as_ref()) {
         exchange.state.separator.learn(separator);
     }
