@@ -24,35 +24,47 @@ pub fn strong_etag_of(representation: &str, pieces: &[&[u8]]) -> HeaderValue {
 }
 
 /// Whether an `If-None-Match` field (all its lines) matches `current`, using the weak
-/// comparison the RFC prescribes for this header. A field that does not parse matches nothing,
-/// so it can only ever cost a full response, never a wrong 304.
+/// comparison the RFC prescribes for this header. Several lines are one field (RFC 9110 §5.3),
+/// read joined. A field that does not parse matches nothing, so it can only ever cost a full
+/// response, never a wrong 304.
 pub fn if_none_match_matches<'a>(
     fields: impl IntoIterator<Item = &'a HeaderValue>,
     current: &HeaderValue,
 ) -> bool {
-    let exact = current.as_bytes();
-    // Read once, and only when some field is not the tag itself.
-    let mut parsed = None;
-    let mut current = || *parsed.get_or_insert_with(|| opaque_tag(exact));
-    fields.into_iter().any(|field| {
-        // The common case, a client sending back the tag it was given, needs no parsing of
-        // the field (the tag must still be one: anything else is read as a list below).
-        if field.as_bytes() == exact && current().is_some() {
-            return true;
-        }
-        let Ok(text) = std::str::from_utf8(field.as_bytes()) else {
-            return false;
-        };
-        if text.trim() == "*" {
-            return true;
-        }
-        parse_list(text)
-            .map(|tags| {
-                let current = current();
-                tags.iter().any(|tag| Some(*tag) == current)
-            })
-            .unwrap_or(false)
-    })
+    let mut fields = fields.into_iter();
+    let Some(first) = fields.next() else {
+        return false;
+    };
+    let Some(second) = fields.next() else {
+        return field_matches(first.as_bytes(), current.as_bytes());
+    };
+    let mut joined = first.as_bytes().to_vec();
+    for line in std::iter::once(second).chain(fields) {
+        joined.extend_from_slice(b", ");
+        joined.extend_from_slice(line.as_bytes());
+    }
+    field_matches(&joined, current.as_bytes())
+}
+
+fn field_matches(field: &[u8], exact: &[u8]) -> bool {
+    // The common case, a client sending back the tag it was given, needs no parsing of the
+    // field (the tag must still be one: anything else is read as a list below).
+    let current = || opaque_tag(exact);
+    if field == exact && current().is_some() {
+        return true;
+    }
+    let Ok(text) = std::str::from_utf8(field) else {
+        return false;
+    };
+    if text.trim() == "*" {
+        return true;
+    }
+    parse_list(text)
+        .map(|tags| {
+            let current = current();
+            tags.iter().any(|tag| Some(*tag) == current)
+        })
+        .unwrap_or(false)
 }
 
 /// The opaque part of an entity tag (`W/"x"` and `"x"` both give `x`), or None when the value is
@@ -166,6 +178,16 @@ mod tests {
             &hv("\"abc\"")
         ));
         assert!(if_none_match_matches([&hv(",\"abc\",")], &hv("\"abc\"")));
+    }
+
+    #[test]
+    fn several_lines_are_one_field() {
+        let tag = hv("\"abc\"");
+        assert!(if_none_match_matches([&hv("\"x\""), &tag], &tag));
+        assert!(!if_none_match_matches([&tag, &hv("\"a\"\"b\"")], &tag));
+        assert!(!if_none_match_matches([&hv("\"a\"\"b\""), &tag], &tag));
+        assert!(!if_none_match_matches([&hv("*"), &hv("\"x\"")], &tag));
+        assert!(!if_none_match_matches([&hv("*, \"x\"")], &tag));
     }
 
     #[test]
