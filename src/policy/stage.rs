@@ -120,7 +120,7 @@ fn scrub_other(body: Bytes, secret: &KeyPatterns) -> Result<Processed, Refusal> 
 }
 
 /// Whether a body opens like a JSON object or array (after whitespace and a byte order mark).
-pub fn looks_like_json(body: &[u8]) -> bool {
+fn looks_like_json(body: &[u8]) -> bool {
     let body = body.strip_prefix(b"\xef\xbb\xbf").unwrap_or(body);
     body.iter()
         .find(|b| !b.is_ascii_whitespace())
