@@ -55,8 +55,8 @@ pub fn key(data: &[u8]) {
         panic!("a fixed loadTable path classifies");
     };
     let query = format!("referenced-by={}", String::from_utf8_lossy(data));
-    let _ = CacheKey::for_load(&route, Some(&query), &headers, "%1F", Scope::SHARED);
-    let plain = CacheKey::for_load(&route, None, &headers, "%1F", Scope::SHARED);
+    let _ = CacheKey::for_load(route.clone(), Some(&query), &headers, "%1F", Scope::SHARED);
+    let plain = CacheKey::for_load(route, None, &headers, "%1F", Scope::SHARED);
     assert!(
         plain.is_ok(),
         "a loadTable without a query always has a key"

@@ -20,7 +20,7 @@ impl Cache {
             purpose: Purpose::Authorize,
             key: Some(ask.key.clone()),
             form: ask.key.form,
-            request: ask.request.clone(),
+            request: ask.request.fill_request(),
             stale: Some(entry.clone()),
             ticket: Some(self.store.ticket(&ask.key, self.events.stamp())),
             policy: ask.caller.policy.clone(),

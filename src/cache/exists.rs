@@ -37,7 +37,7 @@ impl Cache {
             };
             trusted
                 && now < self.fresh_until(&entry, &ask.settings)
-                && entry.content.vary.matches(&ask.request.headers)
+                && entry.content.vary.matches(&ask.request.as_filled())
                 && (ask.caller.policy.identity != Identity::Revalidate
                     || self
                         .confirmations

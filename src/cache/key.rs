@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use http::header::HeaderMap;
+use crate::wire::headers::HeaderLookup;
 
 use super::phase::NoCacheReason;
 use crate::catalog::names::TableId;
@@ -48,13 +48,19 @@ impl CacheKey {
     /// body) or one it cannot read unambiguously (the catalog might read it another way).
     /// Either way the request bypasses the cache. Views take no parameters at all.
     pub fn for_load(
-        route: &Route,
+        route: Route,
         query: Option<&str>,
-        sent: &HeaderMap,
+        sent: &impl HeaderLookup,
         separator: &str,
         scope: Scope,
     ) -> Result<CacheKey, NoCacheReason> {
-        let (Some(namespace), Some(table)) = (route.namespace.clone(), route.name.clone()) else {
+        let Route {
+            operation,
+            prefix,
+            namespace,
+            name,
+        } = route;
+        let (Some(namespace), Some(table)) = (namespace, name) else {
             return Err(NoCacheReason::UnknownParameter);
         };
         let query = query.unwrap_or("");
@@ -62,7 +68,7 @@ impl CacheKey {
         if query.as_bytes().contains(&b';') {
             return Err(NoCacheReason::AmbiguousQuery);
         }
-        let view = matches!(route.operation, Operation::LoadView | Operation::ViewExists);
+        let view = matches!(operation, Operation::LoadView | Operation::ViewExists);
         let mut snapshots = None;
         let mut referenced_by = None;
         for pair in query.split('&').filter(|p| !p.is_empty()) {
@@ -91,7 +97,7 @@ impl CacheKey {
         }
         Ok(CacheKey {
             table: Arc::new(TableId {
-                prefix: route.prefix.clone(),
+                prefix,
                 namespace,
                 table,
             }),
@@ -164,10 +170,10 @@ fn canonical_view_chain(raw: &str, separator: &str) -> Option<Vec<Vec<String>>> 
 
 /// `X-Iceberg-Access-Delegation` as a canonical set: order, case, spaces and repeats do not
 /// change what the catalog may vend.
-pub fn normalised_delegation(headers: &HeaderMap) -> Option<String> {
+pub fn normalised_delegation(headers: &impl HeaderLookup) -> Option<String> {
     let mut modes: Vec<String> = Vec::new();
     let mut present = false;
-    for value in headers.get_all(&ACCESS_DELEGATION) {
+    for value in headers.values(&ACCESS_DELEGATION) {
         present = true;
         let text = String::from_utf8_lossy(value.as_bytes());
         modes.extend(
@@ -189,7 +195,7 @@ mod tests {
     use super::*;
     use crate::catalog::route::classify;
     use crate::policy::identity::IdentityHasher;
-    use http::{HeaderValue, Method};
+    use http::{HeaderMap, HeaderValue, Method};
     use proptest::prelude::*;
 
     fn key(path_and_query: &str, headers: &HeaderMap) -> Result<CacheKey, NoCacheReason> {
@@ -199,7 +205,7 @@ mod tests {
         };
         let route = classify(&Method::GET, path, "%1F").unwrap();
         let scope = IdentityHasher::fixed().scope(&HeaderMap::new());
-        CacheKey::for_load(&route, query, headers, "%1F", scope)
+        CacheKey::for_load(route, query, headers, "%1F", scope)
     }
 
     #[test]

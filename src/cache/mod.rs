@@ -44,7 +44,7 @@ use crate::cluster::{Cluster, Tokens};
 use crate::config::Settings;
 use crate::events::Liveness;
 use crate::ops::metrics::Metrics;
-use crate::origin::{Origin, OriginError, OriginRequest};
+use crate::origin::{Origin, OriginError, OriginRequest, Outgoing};
 use crate::policy::identity::Scope;
 use crate::policy::stage::Refusal;
 use crate::policy::{Identity, Policy};
@@ -70,8 +70,9 @@ pub struct Caller {
 /// One loadTable request as the cache handles it.
 pub struct Ask {
     pub key: CacheKey,
-    /// What a fill sends the catalog: this caller's request, unconditional.
-    pub request: OriginRequest,
+    /// This caller's request to the catalog; a fill sends it unconditional
+    /// (`Outgoing::fill_request`), and a hit only reads some of its headers.
+    pub request: Arc<Outgoing>,
     pub caller: Caller,
     /// The settings in force when the request arrived.
     pub settings: Arc<Settings>,
@@ -82,7 +83,7 @@ pub struct Ask {
 impl Ask {
     pub fn new(
         key: CacheKey,
-        request: OriginRequest,
+        request: Arc<Outgoing>,
         caller: Caller,
         settings: Arc<Settings>,
     ) -> Ask {
@@ -345,7 +346,7 @@ impl Cache {
             purpose: Purpose::Fill,
             key: Some(ask.key.clone()),
             form: ask.key.form,
-            request: ask.request.clone(),
+            request: ask.request.fill_request(),
             stale,
             ticket: Some(ticket),
             policy: ask.caller.policy.clone(),
@@ -420,13 +421,13 @@ impl Cache {
             FillOutcome::Answer(answer)
                 if !led
                     && (!answer.shareable_with(&caller.scope, caller.policy.identity)
-                        || !answer.vary.matches(&ask.request.headers)) =>
+                        || !answer.vary.matches(&ask.request.as_filled())) =>
             {
                 // Made with another caller's credentials: it says nothing about this caller,
                 // who asks for itself.
                 let reason = answer.reason;
                 self.bypass(
-                    ask.request.clone(),
+                    ask.request.fill_request(),
                     caller.clone(),
                     ask.settings.clone(),
                     reason,
@@ -497,10 +498,10 @@ impl Cache {
         phase: CachePhase,
     ) -> Result<Lookup, Failure> {
         let caller = &ask.caller;
-        if !entry.content.vary.matches(&ask.request.headers) {
+        if !entry.content.vary.matches(&ask.request.as_filled()) {
             // Fetched for a request that differed in a header the catalog varies on.
             return Box::pin(self.bypass(
-                ask.request.clone(),
+                ask.request.fill_request(),
                 caller.clone(),
                 ask.settings.clone(),
                 NoCacheReason::Vary,

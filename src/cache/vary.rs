@@ -6,6 +6,8 @@
 
 use http::header::{HeaderMap, HeaderName, HeaderValue, VARY};
 
+use crate::wire::headers::HeaderLookup;
+
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Varies {
     headers: Vec<(HeaderName, Vec<HeaderValue>)>,
@@ -103,12 +105,12 @@ impl Varies {
     }
 
     /// Whether `request` carries the same values for every header the answer varies on.
-    pub fn matches(&self, request: &HeaderMap) -> bool {
+    pub fn matches(&self, request: &impl HeaderLookup) -> bool {
         !self.star
             && self
                 .headers
                 .iter()
-                .all(|(name, values)| request.get_all(name).iter().eq(values.iter()))
+                .all(|(name, values)| request.values(name).iter().eq(values.iter()))
     }
 
     pub fn weight(&self) -> usize {

@@ -115,6 +115,17 @@ pub struct Route {
 }
 
 impl Route {
+    /// The route's names, moved out: what stays says only which operation it is. The cache
+    /// key takes them without copying (a hit reads them nowhere else).
+    pub fn take_names(&mut self) -> Route {
+        Route {
+            operation: self.operation,
+            prefix: self.prefix.take(),
+            namespace: self.namespace.take(),
+            name: self.name.take(),
+        }
+    }
+
     fn other() -> Self {
         Route {
             operation: Operation::Other,

@@ -28,7 +28,11 @@ use crate::ops::metrics::Metrics;
 use crate::wire::body::{empty, read_to_bytes, Body, ReadError};
 use crate::wire::headers::{forwarded_headers, remove_hop_by_hop, Forwarded};
 
+mod outgoing;
+pub use outgoing::Outgoing;
+
 pub static ACCESS_DELEGATION: HeaderName = HeaderName::from_static("x-iceberg-access-delegation");
+pub static X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
 /// The catalog's base URL, split the way requests are rebuilt from it. It never holds a user
 /// or password (the configuration refuses one).
@@ -120,39 +124,33 @@ static CONDITIONALS: [HeaderName; 5] = [
     header::IF_RANGE,
 ];
 
-/// What the client asked and what it is: the inputs of `OriginRequest::new`.
-pub struct ClientRequest<'a> {
-    pub parts: &'a http::request::Parts,
+/// How a client's request is sent on, besides its own headers: who sent it, how it reached
+/// icecache, and what the policy and the route ask of the catalog.
+#[derive(Debug, Clone)]
+pub struct Sending {
     pub peer: SocketAddr,
     /// How the client reached icecache (`http` or `https`).
     pub proto: &'static str,
     /// Whether the policy lets the catalog be asked to vend credentials.
     pub forwards_delegation: bool,
-    pub operation: Operation,
+    /// Sent as `X-Request-Id`.
+    pub request_id: Arc<str>,
+    /// Whether the answer is read (the policy stage): then it is asked for uncompressed.
+    pub identity_encoding: bool,
 }
 
 impl OriginRequest {
-    pub fn new(client: &ClientRequest<'_>, url: &UpstreamUrl) -> Result<Self, UnsendablePath> {
-        let parts = client.parts;
-        let from = Forwarded {
-            authority: parts.uri.authority(),
-            peer: client.peer,
-            proto: client.proto,
-        };
-        // Under strip and inject the catalog is not asked to vend credentials at all.
-        let headers = forwarded_headers(
-            &parts.headers,
-            |name| {
-                name == header::CONTENT_LENGTH
-                    || (!client.forwards_delegation && name == ACCESS_DELEGATION)
-            },
-            &from,
-        );
+    pub fn new(
+        parts: &http::request::Parts,
+        how: &Sending,
+        operation: Operation,
+        url: &UpstreamUrl,
+    ) -> Result<Self, UnsendablePath> {
         Ok(OriginRequest {
             method: parts.method.clone(),
             uri: join(url, parts.uri.path_and_query())?,
-            headers,
-            operation: client.operation,
+            headers: sent_headers(&parts.headers, parts.uri.authority(), how),
+            operation,
         })
     }
 
@@ -189,6 +187,36 @@ impl OriginRequest {
         }
         request
     }
+}
+
+/// The headers a client's request is sent to the catalog with: the forwarding rules, under
+/// strip and inject no request to vend credentials, the request id, and the identity encoding
+/// when the answer is to be read (without `Accept-Encoding` any coding would be acceptable,
+/// RFC 9110 §12.5.3).
+fn sent_headers(client: &HeaderMap, authority: Option<&Authority>, how: &Sending) -> HeaderMap {
+    let from = Forwarded {
+        authority,
+        peer: how.peer,
+        proto: how.proto,
+    };
+    let mut headers = forwarded_headers(
+        client,
+        |name| {
+            name == header::CONTENT_LENGTH
+                || (!how.forwards_delegation && name == ACCESS_DELEGATION)
+        },
+        &from,
+    );
+    if let Ok(id) = HeaderValue::from_str(&how.request_id) {
+        headers.insert(X_REQUEST_ID.clone(), id);
+    }
+    if how.identity_encoding {
+        headers.insert(
+            header::ACCEPT_ENCODING,
+            HeaderValue::from_static("identity"),
+        );
+    }
+    headers
 }
 
 /// `base_path` + the client's path and query, as an absolute upstream URI. Without a base
@@ -369,14 +397,14 @@ mod tests {
             builder = builder.header(*name, *value);
         }
         let (parts, ()) = builder.body(()).unwrap().into_parts();
-        let client = ClientRequest {
-            parts: &parts,
+        let how = Sending {
             peer: "10.0.0.9:5000".parse().unwrap(),
             proto: "http",
             forwards_delegation,
-            operation: Operation::LoadTable,
+            request_id: Arc::from("r-1"),
+            identity_encoding: false,
         };
-        OriginRequest::new(&client, &url()).unwrap()
+        OriginRequest::new(&parts, &how, Operation::LoadTable, &url()).unwrap()
     }
 
     #[test]

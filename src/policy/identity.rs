@@ -2,7 +2,9 @@
 //! credentials; the key is made at start-up and never leaves the process, so raw tokens are
 //! neither stored nor recoverable from what is stored.
 
-use http::header::{HeaderMap, HeaderName};
+use http::header::HeaderName;
+
+use crate::wire::headers::HeaderLookup;
 
 /// Headers that identify a caller whatever is configured: a catalog may authenticate with any
 /// of them (rustberg takes `X-API-Key` as well as a bearer token).
@@ -57,7 +59,7 @@ impl IdentityHasher {
 
     /// The scope of a request: its identifying headers, absent ones being part of the
     /// identity too.
-    pub fn scope(&self, headers: &HeaderMap) -> Scope {
+    pub fn scope(&self, headers: &impl HeaderLookup) -> Scope {
         RECENT.with(|recent| {
             let mut recent = recent.borrow_mut();
             let Recent { input, seen, next } = &mut *recent;
@@ -65,7 +67,7 @@ impl IdentityHasher {
             input.extend_from_slice(&self.key);
             for name in &self.headers {
                 input.push(0xff);
-                for value in headers.get_all(name) {
+                for value in headers.values(name) {
                     // Length-prefixed so that no two header lists hash the same bytes.
                     let length = u64::try_from(value.len()).unwrap_or(u64::MAX);
                     input.extend_from_slice(&length.to_le_bytes());
@@ -130,7 +132,7 @@ pub fn identity_headers(configured: &[HeaderName]) -> Vec<HeaderName> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use http::HeaderValue;
+    use http::{HeaderMap, HeaderValue};
 
     fn with_auth(value: Option<&str>) -> HeaderMap {
         let mut h = HeaderMap::new();

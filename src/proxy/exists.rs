@@ -2,17 +2,19 @@
 //! served, without asking the catalog; otherwise relayed as they are, marked as a bypass. A
 //! missing entry never becomes a 404: only the catalog says what does not exist.
 
+use std::sync::Arc;
+
 use http::{Request, Response, StatusCode};
 use hyper::body::Incoming;
 
 use super::load::caller_and_key;
-use super::{answer_shape, forward, origin_request, Answer, Exchange};
+use super::{answer_shape, forward, outgoing, send_on, Answer, Exchange};
 use crate::cache::{self, Ask, CachePhase};
 use crate::error::ProxyError;
 use crate::wire::body::empty;
 
 pub async fn serve(
-    exchange: Exchange<'_>,
+    mut exchange: Exchange<'_>,
     request: Request<Incoming>,
 ) -> Result<Answer, ProxyError> {
     let (parts, body) = request.into_parts();
@@ -21,11 +23,13 @@ pub async fn serve(
             .await
             .map(Answer::plain);
     };
-    let sent = origin_request(&exchange, &parts, answer_shape(exchange.route.operation))?;
-    let (caller, key) = caller_and_key(&exchange, &parts, &sent);
+    let shape = answer_shape(exchange.route.operation);
+    let sent = Arc::new(outgoing(&exchange, parts, shape)?);
+    let route = exchange.route.take_names();
+    let (caller, key) = caller_and_key(&exchange, route, &sent);
     let reason = match key {
         Ok(key) => {
-            let ask = Ask::new(key, sent.for_fill(), caller, exchange.settings.clone());
+            let ask = Ask::new(key, sent.clone(), caller, exchange.settings.clone());
             if cache.vouches_for(ask).await {
                 let mut response = Response::new(empty());
                 *response.status_mut() = StatusCode::NO_CONTENT;
@@ -39,7 +43,7 @@ pub async fn serve(
         }
         Err(reason) => Some(reason),
     };
-    let response = Box::pin(forward(&exchange, parts, body)).await?;
+    let response = Box::pin(send_on(&exchange, sent.request(), body, shape)).await?;
     Ok(Answer {
         response: cache::mark(response, CachePhase::Bypass, &exchange.state.case),
         phase: Some(CachePhase::Bypass),

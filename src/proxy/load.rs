@@ -3,43 +3,47 @@
 //! is asked alone, through the policy stage under `strip` and `inject`, streamed under
 //! `passthrough`.
 
+use std::sync::Arc;
+
 use http::header::{self, HeaderValue};
 use http::Request;
 use hyper::body::Incoming;
 
-use super::{answer_shape, origin_request, relay, Answer, Exchange};
+use super::{answer_shape, outgoing, relay, Answer, Exchange};
 use crate::cache::{self, Ask, CacheKey, CachePhase, Caller, Failure, Lookup, NoCacheReason};
+use crate::catalog::route::Route;
 use crate::error::ProxyError;
-use crate::origin::OriginRequest;
+use crate::origin::{OriginRequest, Outgoing};
 use crate::policy::identity::Scope;
 use crate::policy::Credentials;
 use crate::wire::body::empty;
 use crate::wire::encoding::accepts_gzip;
+use crate::wire::headers::HeaderLookup;
 
 pub async fn serve(
-    exchange: Exchange<'_>,
+    mut exchange: Exchange<'_>,
     request: Request<Incoming>,
 ) -> Result<Answer, ProxyError> {
     let (parts, _body) = request.into_parts();
     let shape = answer_shape(exchange.route.operation);
-    let sent = origin_request(&exchange, &parts, shape)?;
+    let sent = Arc::new(outgoing(&exchange, parts, shape)?);
     let Some(cache) = exchange.state.cache.clone() else {
-        return Box::pin(stream(&exchange, sent, None)).await;
+        return Box::pin(stream(&exchange, sent.request(), None)).await;
     };
-    let (caller, key) = caller_and_key(&exchange, &parts, &sent);
+    let route = exchange.route.take_names();
+    let (caller, key) = caller_and_key(&exchange, route, &sent);
     let policy = exchange.policy.clone();
-    // The request moves into the cache; the rare answer streamed after all (too large to
-    // keep) is asked again with the request rebuilt.
     let lookup = match key {
         Ok(key) => {
-            let ask = Ask::new(key, sent.for_fill(), caller, exchange.settings.clone());
+            let ask = Ask::new(key, sent.clone(), caller, exchange.settings.clone());
             cache.load(ask).await
         }
         Err(reason) if policy.credentials == Credentials::Passthrough => {
-            return Box::pin(stream(&exchange, sent, Some(reason))).await;
+            return Box::pin(stream(&exchange, sent.request(), Some(reason))).await;
         }
         Err(reason) => {
-            Box::pin(cache.bypass(sent.for_fill(), caller, exchange.settings.clone(), reason)).await
+            let request = sent.fill_request();
+            Box::pin(cache.bypass(request, caller, exchange.settings.clone(), reason)).await
         }
     };
     match lookup.map_err(ProxyError::from)? {
@@ -52,21 +56,20 @@ pub async fn serve(
             phase: Some(phase),
             reason,
         }),
-        Lookup::Stream(reason) => {
-            let sent = origin_request(&exchange, &parts, shape)?;
-            Box::pin(stream(&exchange, sent, Some(reason))).await
-        }
+        // Too large to keep after all: streamed, asked again.
+        Lookup::Stream(reason) => Box::pin(stream(&exchange, sent.request(), Some(reason))).await,
     }
 }
 
 /// Who is asking (as the catalog will see it: after hop-by-hop headers are gone), and the key
-/// of what they ask for, or why it has none.
+/// of what they ask for, or why it has none. Every header is read as the route sends it.
 pub(super) fn caller_and_key(
     exchange: &Exchange<'_>,
-    parts: &http::request::Parts,
-    sent: &OriginRequest,
+    route: Route,
+    sent: &Outgoing,
 ) -> (Caller, Result<CacheKey, NoCacheReason>) {
-    let scope = exchange.state.identity.scope(&sent.headers);
+    let headers = sent.as_sent();
+    let scope = exchange.state.identity.scope(&headers);
     let key_scope = if exchange.policy.identity.shares_entries() {
         Scope::SHARED
     } else {
@@ -75,23 +78,16 @@ pub(super) fn caller_and_key(
     let caller = Caller {
         scope,
         policy: exchange.policy.clone(),
-        if_none_match: sent
-            .headers
-            .get_all(header::IF_NONE_MATCH)
+        if_none_match: headers
+            .values(&header::IF_NONE_MATCH)
             .iter()
             .cloned()
             .collect::<Vec<HeaderValue>>(),
         // The client's own Accept-Encoding: the catalog may have been asked for identity.
-        accepts_gzip: accepts_gzip(&parts.headers),
+        accepts_gzip: accepts_gzip(sent.client_headers()),
     };
     let separator = exchange.state.separator.get();
-    let key = CacheKey::for_load(
-        &exchange.route,
-        parts.uri.query(),
-        &sent.headers,
-        &separator,
-        key_scope,
-    );
+    let key = CacheKey::for_load(route, sent.uri.query(), &headers, &separator, key_scope);
     (caller, key)
 }
 

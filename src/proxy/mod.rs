@@ -15,8 +15,7 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use http::header::HeaderValue;
-use http::{HeaderName, Method, Request, Response};
+use http::{Method, Request, Response};
 use hyper::body::Incoming;
 
 use crate::cache::{CachePhase, NoCacheReason};
@@ -25,14 +24,12 @@ use crate::catalog::writes;
 use crate::config::Settings;
 use crate::error::{self, ProxyError};
 use crate::ops::access_log::Outcome;
-use crate::origin::{ClientRequest, OriginRequest};
+use crate::origin::{OriginRequest, Outgoing, Sending, X_REQUEST_ID};
 use crate::policy::stage::Shape;
 use crate::policy::Policy;
 use crate::state::State;
 use crate::wire::body::Body;
 use crate::wire::host::check_host;
-
-pub static X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
 /// One request, as every part of the handler sees it.
 pub struct Exchange<'a> {
@@ -174,6 +171,16 @@ async fn forward(
 ) -> Result<Response<Body>, ProxyError> {
     let shape = answer_shape(exchange.route.operation);
     let origin = origin_request(exchange, &parts, shape)?;
+    send_on(exchange, origin, body, shape).await
+}
+
+/// Sends a request built for the route, with the client's body, and relays the answer.
+async fn send_on(
+    exchange: &Exchange<'_>,
+    origin: OriginRequest,
+    body: Incoming,
+    shape: Option<Shape>,
+) -> Result<Response<Body>, ProxyError> {
     let idle = exchange.settings.request_timeout;
     let response = exchange
         .state
@@ -190,22 +197,40 @@ fn origin_request(
     parts: &http::request::Parts,
     shape: Option<Shape>,
 ) -> Result<OriginRequest, ProxyError> {
-    let client = ClientRequest {
+    let how = sending(exchange, shape);
+    Ok(OriginRequest::new(
         parts,
+        &how,
+        exchange.route.operation,
+        &exchange.settings.upstream,
+    )?)
+}
+
+/// The same request, its headers built only when a whole set is needed (loadTable, whose hits
+/// read a few of them).
+fn outgoing(
+    exchange: &Exchange<'_>,
+    parts: http::request::Parts,
+    shape: Option<Shape>,
+) -> Result<Outgoing, ProxyError> {
+    let how = sending(exchange, shape);
+    Ok(Outgoing::new(
+        parts,
+        how,
+        exchange.route.operation,
+        &exchange.settings.upstream,
+    )?)
+}
+
+fn sending(exchange: &Exchange<'_>, shape: Option<Shape>) -> Sending {
+    Sending {
         peer: exchange.peer,
         proto: exchange.settings.scheme(),
         forwards_delegation: exchange.policy.credentials.forwards_delegation(),
-        operation: exchange.route.operation,
-    };
-    let mut request = OriginRequest::new(&client, &exchange.settings.upstream)?;
-    if let Ok(id) = HeaderValue::from_str(exchange.request_id) {
-        request.headers.insert(X_REQUEST_ID.clone(), id);
-    }
-    if relay::processes(shape, &exchange.policy) {
+        request_id: exchange.request_id.clone(),
         // An answer the policy stage must read comes in the identity encoding.
-        request.identity_encoding();
+        identity_encoding: relay::processes(shape, &exchange.policy),
     }
-    Ok(request)
 }
 
 /// What a route's successful answer is, for the policy stage under `strip` and `inject`.

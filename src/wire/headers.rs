@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 
 /// RFC 9110 §7.6.1, and `Proxy-Connection`, which old clients send and intermediaries remove.
-static HOP_BY_HOP: [HeaderName; 9] = [
+pub(crate) static HOP_BY_HOP: [HeaderName; 9] = [
     header::CONNECTION,
     HeaderName::from_static("keep-alive"),
     HeaderName::from_static("proxy-connection"),
@@ -22,6 +22,18 @@ static HOP_BY_HOP: [HeaderName; 9] = [
 static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 static X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
 static X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
+
+/// Headers read one name at a time: a built map, or a request to the catalog whose headers are
+/// read as they would be sent without building them (`origin::Outgoing`).
+pub trait HeaderLookup {
+    fn values(&self, name: &HeaderName) -> header::GetAll<'_, HeaderValue>;
+}
+
+impl HeaderLookup for HeaderMap {
+    fn values(&self, name: &HeaderName) -> header::GetAll<'_, HeaderValue> {
+        self.get_all(name)
+    }
+}
 
 /// Removes the hop-by-hop headers, including any that `Connection` names.
 pub fn remove_hop_by_hop(headers: &mut HeaderMap) {
