@@ -13,7 +13,7 @@ use super::{Ask, Cache, CachePhase, Failure, Lookup};
 impl Cache {
     pub(super) async fn authorize(
         self: &Arc<Self>,
-        ask: &Arc<Ask>,
+        ask: &Ask,
         entry: &Arc<Entry>,
     ) -> Result<Lookup, Failure> {
         let fill = Fill {

@@ -16,7 +16,7 @@ impl Cache {
     /// Whether a fresh entry for the asked object is held that this caller could be given now
     /// without asking anyone: under the tier's coordination, for the headers the catalog varies
     /// on, and under `revalidate` only once the caller has been confirmed for it.
-    pub async fn vouches_for(self: &Arc<Self>, mut ask: Ask) -> bool {
+    pub async fn vouches_for(self: &Arc<Self>, ask: &mut Ask) -> bool {
         ask.coordination = self.coordinate(&ask.key).await;
         // A table held in either snapshots mode exists.
         let forms: &[Form] = match ask.key.form {

@@ -72,7 +72,7 @@ pub struct Ask {
     pub key: CacheKey,
     /// This caller's request to the catalog; a fill sends it unconditional
     /// (`Outgoing::fill_request`), and a hit only reads some of its headers.
-    pub request: Arc<Outgoing>,
+    pub request: Outgoing,
     pub caller: Caller,
     /// The settings in force when the request arrived.
     pub settings: Arc<Settings>,
@@ -81,12 +81,7 @@ pub struct Ask {
 }
 
 impl Ask {
-    pub fn new(
-        key: CacheKey,
-        request: Arc<Outgoing>,
-        caller: Caller,
-        settings: Arc<Settings>,
-    ) -> Ask {
+    pub fn new(key: CacheKey, request: Outgoing, caller: Caller, settings: Arc<Settings>) -> Ask {
         Ask {
             key,
             request,
@@ -208,9 +203,9 @@ impl Cache {
     }
 
     /// Answers a loadTable request.
-    pub async fn load(self: &Arc<Self>, mut ask: Ask) -> Result<Lookup, Failure> {
+    pub async fn load(self: &Arc<Self>, ask: &mut Ask) -> Result<Lookup, Failure> {
         ask.coordination = self.coordinate(&ask.key).await;
-        let ask = Arc::new(ask);
+        let ask = &*ask;
         let now = Instant::now();
         let held = self.store.get(&ask.key, ask.caller.policy.generation);
         // What may be served as it is, and what may only be revalidated: an entry whose table
@@ -224,7 +219,7 @@ impl Cache {
         };
         let Some(entry) = servable else {
             let held_one = held.is_some();
-            let (outcome, led) = Box::pin(self.fill(&ask, held.clone())).await?;
+            let (outcome, led) = Box::pin(self.fill(ask, held.clone())).await?;
             let catalog_failed = failed(&outcome);
             if let Some(stale) =
                 held.filter(|_| catalog_failed && ask.coordination == Coordination::AskCatalog)
@@ -234,7 +229,7 @@ impl Cache {
                     < ask.settings.cache.stale_if_error
                     && stale.credentials_servable(now)
                 {
-                    return self.deliver(&ask, &stale, CachePhase::Stale).await;
+                    return self.deliver(ask, &stale, CachePhase::Stale).await;
                 }
             }
             // An entry held here but not trusted (its table moved on, or Redis is away) was
@@ -245,29 +240,29 @@ impl Cache {
                 (true, true) => CachePhase::Revalidated,
                 (true, false) => CachePhase::Miss,
             };
-            return Box::pin(self.answer(&ask, &outcome, phase)).await;
+            return Box::pin(self.answer(ask, &outcome, phase)).await;
         };
         let windows = &ask.settings.cache;
         let fresh_until = self.fresh_until(&entry, &ask.settings);
         if now < fresh_until {
-            return self.deliver(&ask, &entry, CachePhase::Hit).await;
+            return self.deliver(ask, &entry, CachePhase::Hit).await;
         }
         let stale_for = now.duration_since(fresh_until);
         if stale_for < windows.stale_while_revalidate {
-            self.revalidate_in_background(&ask, entry.clone());
-            return self.deliver(&ask, &entry, CachePhase::Stale).await;
+            self.revalidate_in_background(ask, entry.clone());
+            return self.deliver(ask, &entry, CachePhase::Stale).await;
         }
-        let (outcome, led) = Box::pin(self.fill(&ask, Some(entry.clone()))).await?;
+        let (outcome, led) = Box::pin(self.fill(ask, Some(entry.clone()))).await?;
         if failed(&outcome) && stale_for < windows.stale_if_error && entry.credentials_servable(now)
         {
-            return self.deliver(&ask, &entry, CachePhase::Stale).await;
+            return self.deliver(ask, &entry, CachePhase::Stale).await;
         }
         let phase = match led {
             false => CachePhase::Coalesced,
             true if from_tier(&outcome) => CachePhase::Shared,
             true => CachePhase::Revalidated,
         };
-        Box::pin(self.answer(&ask, &outcome, phase)).await
+        Box::pin(self.answer(ask, &outcome, phase)).await
     }
 
     /// Answers a loadTable request that has no key (or must not use the cache): asked alone,
@@ -300,7 +295,7 @@ impl Cache {
     /// whether this request led it.
     async fn fill(
         self: &Arc<Self>,
-        ask: &Arc<Ask>,
+        ask: &Ask,
         stale: Option<Arc<Entry>>,
     ) -> Result<(Arc<FillOutcome>, bool), Failure> {
         let generation = ask.caller.policy.generation;
@@ -401,7 +396,7 @@ impl Cache {
     }
 
     /// Starts a revalidation nobody waits for, unless one is in flight already.
-    fn revalidate_in_background(self: &Arc<Self>, ask: &Arc<Ask>, stale: Arc<Entry>) {
+    fn revalidate_in_background(self: &Arc<Self>, ask: &Ask, stale: Arc<Entry>) {
         if let Joined::Lead(permit) = self.join(ask) {
             self.start(ask, Some(stale), permit);
         }
@@ -410,7 +405,7 @@ impl Cache {
     /// The answer to this request from a fill's outcome.
     async fn answer(
         self: &Arc<Self>,
-        ask: &Arc<Ask>,
+        ask: &Ask,
         outcome: &FillOutcome,
         phase: CachePhase,
     ) -> Result<Lookup, Failure> {
@@ -493,7 +488,7 @@ impl Cache {
     /// confirmed for this entry is first checked upstream with its own credentials.
     async fn deliver(
         self: &Arc<Self>,
-        ask: &Arc<Ask>,
+        ask: &Ask,
         entry: &Arc<Entry>,
         phase: CachePhase,
     ) -> Result<Lookup, Failure> {

@@ -2,8 +2,6 @@
 //! served, without asking the catalog; otherwise relayed as they are, marked as a bypass. A
 //! missing entry never becomes a 404: only the catalog says what does not exist.
 
-use std::sync::Arc;
-
 use http::{Request, Response, StatusCode};
 use hyper::body::Incoming;
 
@@ -24,13 +22,13 @@ pub async fn serve(
             .map(Answer::plain);
     };
     let shape = answer_shape(exchange.route.operation);
-    let sent = Arc::new(outgoing(&exchange, parts, shape)?);
+    let sent = outgoing(&exchange, parts, shape)?;
     let route = exchange.route.take_names();
     let (caller, key) = caller_and_key(&exchange, route, &sent);
-    let reason = match key {
+    let (reason, sent) = match key {
         Ok(key) => {
-            let ask = Ask::new(key, sent.clone(), caller, exchange.settings.clone());
-            if cache.vouches_for(ask).await {
+            let mut ask = Ask::new(key, sent, caller, exchange.settings.clone());
+            if cache.vouches_for(&mut ask).await {
                 let mut response = Response::new(empty());
                 *response.status_mut() = StatusCode::NO_CONTENT;
                 return Ok(Answer {
@@ -39,9 +37,9 @@ pub async fn serve(
                     reason: None,
                 });
             }
-            None
+            (None, ask.request)
         }
-        Err(reason) => Some(reason),
+        Err(reason) => (Some(reason), sent),
     };
     let response = Box::pin(send_on(&exchange, sent.request(), body, shape)).await?;
     Ok(Answer {

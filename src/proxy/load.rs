@@ -3,8 +3,6 @@
 //! is asked alone, through the policy stage under `strip` and `inject`, streamed under
 //! `passthrough`.
 
-use std::sync::Arc;
-
 use http::header::{self, HeaderValue};
 use http::Request;
 use hyper::body::Incoming;
@@ -26,24 +24,26 @@ pub async fn serve(
 ) -> Result<Answer, ProxyError> {
     let (parts, _body) = request.into_parts();
     let shape = answer_shape(exchange.route.operation);
-    let sent = Arc::new(outgoing(&exchange, parts, shape)?);
+    let sent = outgoing(&exchange, parts, shape)?;
     let Some(cache) = exchange.state.cache.clone() else {
         return Box::pin(stream(&exchange, sent.request(), None)).await;
     };
     let route = exchange.route.take_names();
     let (caller, key) = caller_and_key(&exchange, route, &sent);
-    let policy = exchange.policy.clone();
-    let lookup = match key {
+    let settings = exchange.settings.clone();
+    let (lookup, sent) = match key {
         Ok(key) => {
-            let ask = Ask::new(key, sent.clone(), caller, exchange.settings.clone());
-            cache.load(ask).await
+            let mut ask = Ask::new(key, sent, caller, settings);
+            let lookup = cache.load(&mut ask).await;
+            (lookup, ask.request)
         }
-        Err(reason) if policy.credentials == Credentials::Passthrough => {
+        Err(reason) if exchange.policy.credentials == Credentials::Passthrough => {
             return Box::pin(stream(&exchange, sent.request(), Some(reason))).await;
         }
         Err(reason) => {
             let request = sent.fill_request();
-            Box::pin(cache.bypass(request, caller, exchange.settings.clone(), reason)).await
+            let lookup = Box::pin(cache.bypass(request, caller, settings, reason)).await;
+            (lookup, sent)
         }
     };
     match lookup.map_err(ProxyError::from)? {
