@@ -20,7 +20,10 @@ and reports the median with min-max, and CPU per request read from /proc (the se
 processes only; the load generator is not counted).
 
 usage: python3 benches/load.py [--duration S] [--rounds N] [--connections N] [--readme]
+                              [--only ROW[,ROW...]]
   --readme  writes the results into README.md between the load-benchmark markers
+  --only    runs only these rows (5k, 50k, 304, 2m, tls, herd, memory), for work in progress;
+            the README is only ever written from a whole run
 needs: cargo, wrk, h2load, nginx, varnishd, openssl:
   apt-get install wrk nghttp2-client nginx-light varnish openssl
 """
@@ -429,9 +432,14 @@ def main():
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--connections", type=int, default=64)
     parser.add_argument("--readme", action="store_true")
+    parser.add_argument("--only", type=lambda v: set(v.split(",")), default=None)
     options = parser.parse_args()
     if options.rounds < 3:
         sys.exit("--rounds must be at least 3")
+    rows = {"5k", "50k", "304", "2m", "tls", "herd", "memory"}
+    if options.only is not None and (options.readme or not options.only <= rows):
+        sys.exit(f"--only takes rows of {sorted(rows)}, and never with --readme")
+    wanted = lambda name: options.only is None or name in options.only
     for tool in ["wrk", "h2load", "nginx", "varnishd", "openssl", "cargo"]:
         if not shutil.which(tool):
             sys.exit(f"{tool} is missing: apt-get install wrk nghttp2-client nginx-light varnish openssl")
@@ -446,20 +454,25 @@ def main():
     try:
         tls = make_cert(workdir)
         plain = lambda s: s.url + PATH
-        for size, label in ((5 * 1024, "5 KB"), (50 * 1024, "50 KB"), (2 * 1024 * 1024, "2 MB")):
+        for size, label, name in ((5 * 1024, "5 KB", "5k"), (50 * 1024, "50 KB", "50k"),
+                                  (2 * 1024 * 1024, "2 MB", "2m")):
+            if not (wanted(name) or (name == "50k" and wanted("304"))):
+                continue
             fixture_server, upstream, servers = bench_body(workdir, size, label, options, ps, icecache, fixture, tls)
             connections = c if size < 1024 * 1024 else min(c, 16)
             servers.append(start_floor(ps, floor, make_body(workdir, size)))
             servers.append(start_floor(ps, floor, make_body(workdir, size), through_hyper=True))
-            sections.append(render_row(row(f"{label} body, cache hit, HTTP/1.1", servers, plain, run_wrk, AUTH,
-                                           options, connections, upstream)))
-            print(sections[-1] + "\n", flush=True)
-            if size == 50 * 1024:
+            if wanted(name):
+                sections.append(render_row(row(f"{label} body, cache hit, HTTP/1.1", servers, plain, run_wrk, AUTH,
+                                               options, connections, upstream)))
+                print(sections[-1] + "\n", flush=True)
+            if size == 50 * 1024 and wanted(name):
                 # The reference: the fixture itself, no cache in front.
                 sections.append(render_row(row(f"{label} body, the fixture directly (no cache, reference)",
                                                [servers[0], fixture_server], plain, run_wrk, AUTH, options, c,
                                                upstream)))
                 print(sections[-1] + "\n", flush=True)
+            if size == 50 * 1024 and wanted("304"):
                 etags = {s.name: get(plain(s), AUTH)[1].get("ETag") for s in servers}
                 for s in servers:
                     status = get(plain(s), {**AUTH, "If-None-Match": etags[s.name]})[0]
@@ -475,23 +488,26 @@ def main():
             ps.stop(fixture_server.proc)
 
         body = make_body(workdir, 50 * 1024)
-        fixture_server, upstream = start_fixture(ps, fixture, body, FIXTURE_ETAG)
-        servers = [start_icecache(ps, icecache, upstream, tls=tls), start_nginx(ps, workdir, upstream, tls)]
-        secure = lambda s: (s.tls_url or s.url) + PATH
-        sections.append(render_row(row("50 KB body, cache hit, TLS 1.3 (ECDSA P-256), HTTP/1.1", servers, secure,
-                                       run_wrk, AUTH, options, c, upstream)))
-        print(sections[-1] + "\n", flush=True)
-        sections.append(render_row(row("50 KB body, cache hit, TLS 1.3 (ECDSA P-256), HTTP/2 (h2load -m1)",
-                                       servers, secure, run_h2load, AUTH, options, c, upstream)))
-        print(sections[-1] + "\n", flush=True)
-        for s in servers:
-            ps.stop(s.proc)
-        ps.stop(fixture_server.proc)
+        if wanted("tls"):
+            fixture_server, upstream = start_fixture(ps, fixture, body, FIXTURE_ETAG)
+            servers = [start_icecache(ps, icecache, upstream, tls=tls), start_nginx(ps, workdir, upstream, tls)]
+            secure = lambda s: (s.tls_url or s.url) + PATH
+            sections.append(render_row(row("50 KB body, cache hit, TLS 1.3 (ECDSA P-256), HTTP/1.1", servers,
+                                           secure, run_wrk, AUTH, options, c, upstream)))
+            print(sections[-1] + "\n", flush=True)
+            sections.append(render_row(row("50 KB body, cache hit, TLS 1.3 (ECDSA P-256), HTTP/2 (h2load -m1)",
+                                           servers, secure, run_h2load, AUTH, options, c, upstream)))
+            print(sections[-1] + "\n", flush=True)
+            for s in servers:
+                ps.stop(s.proc)
+            ps.stop(fixture_server.proc)
 
-        sections.append(herd(ps, fixture, workdir, body, icecache, tls))
-        print(sections[-1] + "\n", flush=True)
-        sections.append(memory(ps, fixture, icecache, workdir))
-        print(sections[-1] + "\n", flush=True)
+        if wanted("herd"):
+            sections.append(herd(ps, fixture, workdir, body, icecache, tls))
+            print(sections[-1] + "\n", flush=True)
+        if wanted("memory"):
+            sections.append(memory(ps, fixture, icecache, workdir))
+            print(sections[-1] + "\n", flush=True)
     finally:
         ps.stop_all()
         shutil.rmtree(workdir, ignore_errors=True)
