@@ -4,9 +4,11 @@
 //! thread's runtime, the admin listener, the certificate watchers and the reload loop. The
 //! proxy and the operator's surface never share a thread.
 
+use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use futures::FutureExt;
 use thiserror::Error;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -248,9 +250,9 @@ async fn serve_proxy(
                 sensitive.clone(),
             ))
             .layer(AccessLogLayer::new(state.metrics.clone()))
+            // The handler's own future, not one wrapped in a block that would hold it twice.
             .service(tower::service_fn(move |request| {
-                let state = state.clone();
-                async move { Ok(proxy::handle(&state, request, peer).await) }
+                proxy::handle(state.clone(), request, peer).map(Ok::<_, Infallible>)
             }))
     })
     .await;

@@ -223,7 +223,7 @@ impl Drop for InFlight {
 /// A response body that keeps its request counted as in flight until it is sent or dropped.
 struct Tracked {
     body: Body,
-    _in_flight: InFlight,
+    _in_flight: Option<InFlight>,
 }
 
 impl http_body::Body for Tracked {
@@ -256,12 +256,10 @@ struct Counted<S> {
 impl<S> Service<Request<Incoming>> for Counted<S>
 where
     S: Service<Request<Incoming>, Response = Response<Body>, Error = Infallible>,
-    S::Future: Send + 'static,
 {
     type Response = Response<Tracked>;
     type Error = Infallible;
-    type Future =
-        Pin<Box<dyn std::future::Future<Output = Result<Response<Tracked>, Infallible>> + Send>>;
+    type Future = Answering<S::Future>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
         self.inner.poll_ready(cx)
@@ -269,14 +267,37 @@ where
 
     fn call(&mut self, request: Request<Incoming>) -> Self::Future {
         let in_flight = InFlight::start(&self.activity);
-        let answer = self.inner.call(request);
-        Box::pin(async move {
-            let response = answer.await?;
-            Ok(response.map(|body| Tracked {
-                body,
-                _in_flight: in_flight,
-            }))
-        })
+        Answering {
+            answer: self.inner.call(request),
+            in_flight: Some(in_flight),
+        }
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// A request being answered, counted in flight, and then its body. Not boxed: hyper keeps
+    /// each connection's answer in flight in a place of its own.
+    struct Answering<F> {
+        #[pin]
+        answer: F,
+        in_flight: Option<InFlight>,
+    }
+}
+
+impl<F> std::future::Future for Answering<F>
+where
+    F: std::future::Future<Output = Result<Response<Body>, Infallible>>,
+{
+    type Output = Result<Response<Tracked>, Infallible>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        let Ok(response) = std::task::ready!(this.answer.poll(cx));
+        let in_flight = this.in_flight.take();
+        Poll::Ready(Ok(response.map(|body| Tracked {
+            body,
+            _in_flight: in_flight,
+        })))
     }
 }
 

@@ -59,7 +59,12 @@ impl Answer {
 }
 
 /// Handles one client request; every failure becomes an Iceberg error response.
-pub async fn handle(state: &State, request: Request<Incoming>, peer: SocketAddr) -> Response<Body> {
+pub async fn handle(
+    state: Arc<State>,
+    request: Request<Incoming>,
+    peer: SocketAddr,
+) -> Response<Body> {
+    let state = &*state;
     let settings = state.settings();
     let request_id = request_id(&request);
     let method = request.method().clone();
