@@ -21,7 +21,7 @@ use crate::config::{self, RawSettings, Settings};
 use crate::events::{self, Liveness, SourceId};
 use crate::listener::server::{self, Limits};
 use crate::listener::{header_case, tls};
-use crate::ops::access_log::AccessLogLayer;
+use crate::ops::access_log;
 use crate::ops::admin;
 use crate::ops::logging::SetLogLevel;
 use crate::ops::metrics::Metrics;
@@ -249,10 +249,13 @@ async fn serve_proxy(
             .layer(SetSensitiveRequestHeadersLayer::from_shared(
                 sensitive.clone(),
             ))
-            .layer(AccessLogLayer::new(state.metrics.clone()))
-            // The handler's own future, not one wrapped in a block that would hold it twice.
+            // Every request is logged once, answered or not, under the id the catalog is sent.
             .service(tower::service_fn(move |request| {
-                proxy::handle(state.clone(), request, peer).map(Ok::<_, Infallible>)
+                let entry = access_log::Entry::begin(&request, state.metrics.clone());
+                let id = entry.id().clone();
+                entry.around(
+                    proxy::handle(state.clone(), request, peer, id).map(Ok::<_, Infallible>),
+                )
             }))
     })
     .await;

@@ -5,25 +5,22 @@
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
-use bytes::Bytes;
 use http::{Request, Response};
-use http_body::{Frame, SizeHint};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
-use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::io::{AsyncRead, AsyncWrite, Interest};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, Semaphore};
 use tokio::time::Instant;
 use tokio_rustls::TlsAcceptor;
 use tower::Service;
 
-use crate::wire::body::{Body, BoxError};
+use super::activity::{Activity, Counted, Watched};
+use crate::wire::body::Body;
 
 /// Connection limits of one listener.
 #[derive(Clone, Debug)]
@@ -74,8 +71,9 @@ const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 async fn speaks_h2(stream: &TcpStream, deadline: Duration) -> Option<bool> {
     let detect = async {
         let mut seen = [0u8; 24];
+        let mut pause = Duration::from_millis(5);
         loop {
-            stream.readable().await.ok()?;
+            let ready = stream.ready(Interest::READABLE).await.ok()?;
             let n = stream.peek(&mut seen).await.ok()?;
             if n == 0 {
                 return None;
@@ -86,8 +84,15 @@ async fn speaks_h2(stream: &TcpStream, deadline: Duration) -> Option<bool> {
             if n == H2_PREFACE.len() {
                 return Some(true);
             }
-            // A preface split across packets: the bytes stay readable, so wait a little.
-            tokio::time::sleep(Duration::from_millis(5)).await;
+            // Part of a preface, and the client has closed: the rest will never come (the bytes
+            // left unread keep the socket readable, so only this says so).
+            if ready.is_read_closed() {
+                return None;
+            }
+            // A preface split across packets: the bytes stay readable, so wait a little, and
+            // longer each time, for a client that sends it a byte at a time.
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_millis(250));
         }
     };
     tokio::time::timeout(deadline, detect).await.ok().flatten()
@@ -183,124 +188,6 @@ pub async fn serve<M, S>(
     }
 }
 
-/// Requests in flight on one connection and when the last one ended.
-struct Activity {
-    born: Instant,
-    in_flight: AtomicUsize,
-    last_ms: AtomicU64,
-}
-
-impl Activity {
-    fn touch(&self) {
-        let ms = u64::try_from(self.born.elapsed().as_millis()).unwrap_or(u64::MAX);
-        self.last_ms.store(ms, Ordering::Relaxed);
-    }
-
-    /// When the connection falls idle if nothing happens, or None while a request runs.
-    fn idle_at(&self, idle: Duration) -> Option<Instant> {
-        (self.in_flight.load(Ordering::Acquire) == 0)
-            .then(|| self.born + Duration::from_millis(self.last_ms.load(Ordering::Relaxed)) + idle)
-    }
-}
-
-/// Counts a request in flight from its arrival until its response body is done with.
-struct InFlight(Arc<Activity>);
-
-impl InFlight {
-    fn start(activity: &Arc<Activity>) -> InFlight {
-        activity.in_flight.fetch_add(1, Ordering::AcqRel);
-        InFlight(activity.clone())
-    }
-}
-
-impl Drop for InFlight {
-    fn drop(&mut self) {
-        self.0.touch();
-        self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
-    }
-}
-
-/// A response body that keeps its request counted as in flight until it is sent or dropped.
-struct Tracked {
-    body: Body,
-    _in_flight: Option<InFlight>,
-}
-
-impl http_body::Body for Tracked {
-    type Data = Bytes;
-    type Error = BoxError;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        Pin::new(&mut self.body).poll_frame(cx)
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.body.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.body.size_hint()
-    }
-}
-
-/// The connection's service, counting what is in flight.
-#[derive(Clone)]
-struct Counted<S> {
-    inner: S,
-    activity: Arc<Activity>,
-}
-
-impl<S> Service<Request<Incoming>> for Counted<S>
-where
-    S: Service<Request<Incoming>, Response = Response<Body>, Error = Infallible>,
-{
-    type Response = Response<Tracked>;
-    type Error = Infallible;
-    type Future = Answering<S::Future>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, request: Request<Incoming>) -> Self::Future {
-        let in_flight = InFlight::start(&self.activity);
-        Answering {
-            answer: self.inner.call(request),
-            in_flight: Some(in_flight),
-        }
-    }
-}
-
-pin_project_lite::pin_project! {
-    /// A request being answered, counted in flight, and then its body. Not boxed: hyper keeps
-    /// each connection's answer in flight in a place of its own.
-    struct Answering<F> {
-        #[pin]
-        answer: F,
-        in_flight: Option<InFlight>,
-    }
-}
-
-impl<F> std::future::Future for Answering<F>
-where
-    F: std::future::Future<Output = Result<Response<Body>, Infallible>>,
-{
-    type Output = Result<Response<Tracked>, Infallible>;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let this = self.project();
-        let Ok(response) = std::task::ready!(this.answer.poll(cx));
-        let in_flight = this.in_flight.take();
-        Poll::Ready(Ok(response.map(|body| Tracked {
-            body,
-            _in_flight: in_flight,
-        })))
-    }
-}
-
 async fn serve_io<I, S>(
     protocols: &Protocols,
     limits: &Limits,
@@ -317,16 +204,9 @@ where
         + 'static,
     S::Future: Send + 'static,
 {
-    let activity = Arc::new(Activity {
-        born: Instant::now(),
-        in_flight: AtomicUsize::new(0),
-        last_ms: AtomicU64::new(0),
-    });
-    let service = TowerToHyperService::new(Counted {
-        inner: service,
-        activity: activity.clone(),
-    });
-    let io = TokioIo::new(io);
+    let activity = Activity::new();
+    let service = TowerToHyperService::new(Counted::new(service, activity.clone()));
+    let io = TokioIo::new(Watched::new(io, activity.clone(), !h2));
     if h2 {
         let connection = protocols.http2.serve_connection(io, service);
         tokio::pin!(connection);

@@ -1,127 +1,191 @@
-//! The access log and the request metrics, as one tower layer around the proxy service: the
-//! handler says what it did (an `Outcome` in the response's extensions), this layer counts it
-//! and writes one line per request at info. The path is copied only when that line is written.
+//! The access log and the request metrics: every request is counted and logged exactly once,
+//! whether it is answered or abandoned (the client went away, its HTTP/2 stream was reset, the
+//! shutdown grace ran out). The handler says what it did (an `Outcome` in the response's
+//! extensions); a request dropped before that is counted with status 499 (nginx's "client
+//! closed request"). The request id is made here, so an abandoned request's line carries the id
+//! the catalog was sent.
 
-use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll};
 
-use http::{Method, Request, Response};
+use http::{Method, Request, Response, StatusCode, Uri};
 use tokio::time::Instant;
-use tower::{Layer, Service};
 
 use super::metrics::Metrics;
 use crate::cache::{CachePhase, NoCacheReason};
-use crate::catalog::route::Operation;
+use crate::catalog::route::{operation_of, Operation};
+use crate::origin::X_REQUEST_ID;
 use crate::wire::body::Body;
 
-/// What the handler did with a request, set on every response it writes: what this layer
-/// counts and logs.
+/// What the handler did with a request, set on every response it writes.
 #[derive(Debug, Clone)]
 pub struct Outcome {
     pub operation: Operation,
     pub phase: Option<CachePhase>,
     pub reason: Option<NoCacheReason>,
-    pub request_id: std::sync::Arc<str>,
 }
 
-#[derive(Clone)]
-pub struct AccessLogLayer {
+/// The status an abandoned request is counted with.
+const ABANDONED: u16 = 499;
+
+/// A request as the log will describe it.
+pub struct Entry {
+    started: Instant,
+    method: Method,
+    /// Kept whole (a reference to the bytes hyper read, not a copy) for the line and for the
+    /// route of a request that is never answered.
+    uri: Uri,
+    id: Arc<str>,
     metrics: Arc<Metrics>,
 }
 
-impl AccessLogLayer {
-    pub fn new(metrics: Arc<Metrics>) -> Self {
-        AccessLogLayer { metrics }
-    }
-}
-
-impl<S> Layer<S> for AccessLogLayer {
-    type Service = AccessLog<S>;
-
-    fn layer(&self, inner: S) -> AccessLog<S> {
-        AccessLog {
-            inner,
-            metrics: self.metrics.clone(),
+impl Entry {
+    pub fn begin<B>(request: &Request<B>, metrics: Arc<Metrics>) -> Entry {
+        Entry {
+            started: Instant::now(),
+            method: request.method().clone(),
+            uri: request.uri().clone(),
+            id: request_id(request),
+            metrics,
         }
     }
-}
 
-#[derive(Clone)]
-pub struct AccessLog<S> {
-    inner: S,
-    metrics: Arc<Metrics>,
-}
-
-impl<S, B> Service<Request<B>> for AccessLog<S>
-where
-    S: Service<Request<B>, Response = Response<Body>, Error = Infallible>,
-{
-    type Response = Response<Body>;
-    type Error = Infallible;
-    type Future = Logged<S::Future>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        self.inner.poll_ready(cx)
+    /// The request's id: the client's `X-Request-Id` when it is a sensible token, else a new one.
+    pub fn id(&self) -> &Arc<str> {
+        &self.id
     }
 
-    fn call(&mut self, request: Request<B>) -> Self::Future {
-        let started = Instant::now();
-        let logged = tracing::enabled!(tracing::Level::INFO)
-            .then(|| (request.method().clone(), request.uri().path().to_owned()));
+    /// Counts and logs the request around the future that answers it.
+    pub fn around<F>(self, answer: F) -> Logged<F> {
         Logged {
-            answer: self.inner.call(request),
-            started,
-            logged,
-            metrics: self.metrics.clone(),
+            answer,
+            entry: Some(self),
         }
+    }
+
+    fn answered(self, response: &Response<Body>) {
+        let outcome = response.extensions().get::<Outcome>();
+        let route = outcome.map_or("other", |o| o.operation.as_str());
+        let phase = outcome.and_then(|o| o.phase).map_or("NONE", |p| p.as_str());
+        let reason = outcome.and_then(|o| o.reason).map_or("", |r| r.as_str());
+        self.record(route, response.status(), phase, reason);
+    }
+
+    fn abandoned(self) {
+        let route = operation_of(&self.method, self.uri.path()).as_str();
+        let status = StatusCode::from_u16(ABANDONED).unwrap_or(StatusCode::BAD_REQUEST);
+        self.record(route, status, "NONE", "abandoned");
+    }
+
+    fn record(&self, route: &'static str, status: StatusCode, phase: &'static str, reason: &str) {
+        let elapsed = self.started.elapsed();
+        self.metrics
+            .request(route, status, phase, elapsed.as_secs_f64());
+        tracing::info!(
+            method = %self.method,
+            path = self.uri.path(),
+            route,
+            status = status.as_u16(),
+            cache = phase,
+            reason,
+            request_id = &*self.id,
+            duration_ms = elapsed.as_secs_f64() * 1000.0,
+            "request"
+        );
     }
 }
 
 pin_project_lite::pin_project! {
-    /// The handler's answer, counted and logged when it is ready. A future of its own rather
-    /// than an `async` block: a block that awaits the future it captured keeps two copies of
-    /// it (the handler's is about 4 KB), and every request would copy both into a box.
+    /// The handler's answer, counted and logged when it is ready, or when it is dropped
+    /// unanswered. A future of its own rather than an `async` block: a block that awaits the
+    /// future it captured keeps two copies of it (the handler's is about 4 KB), and could not
+    /// tell a drop from an end.
     pub struct Logged<F> {
         #[pin]
         answer: F,
-        started: Instant,
-        logged: Option<(Method, String)>,
-        metrics: Arc<Metrics>,
+        entry: Option<Entry>,
+    }
+
+    impl<F> PinnedDrop for Logged<F> {
+        fn drop(this: Pin<&mut Self>) {
+            if let Some(entry) = this.project().entry.take() {
+                entry.abandoned();
+            }
+        }
     }
 }
 
-impl<F> Future for Logged<F>
+impl<F, E> Future for Logged<F>
 where
-    F: Future<Output = Result<Response<Body>, Infallible>>,
+    F: Future<Output = Result<Response<Body>, E>>,
 {
-    type Output = Result<Response<Body>, Infallible>;
+    type Output = F::Output;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
-        let Ok(response) = std::task::ready!(this.answer.poll(cx));
-        let elapsed = this.started.elapsed();
-        let outcome = response.extensions().get::<Outcome>();
-        let route = outcome.map_or("other", |o| o.operation.as_str());
-        let phase = outcome.and_then(|o| o.phase).map_or("NONE", |p| p.as_str());
-        let status = response.status();
-        this.metrics
-            .request(route, status, phase, elapsed.as_secs_f64());
-        if let Some((method, path)) = this.logged.take() {
-            tracing::info!(
-                method = %method,
-                path = %path,
-                route,
-                status = status.as_u16(),
-                cache = phase,
-                reason = outcome.and_then(|o| o.reason).map_or("", |r| r.as_str()),
-                request_id = outcome.map_or("", |o| &*o.request_id),
-                duration_ms = elapsed.as_secs_f64() * 1000.0,
-                "request"
-            );
+        let answer = std::task::ready!(this.answer.poll(cx));
+        if let (Ok(response), Some(entry)) = (&answer, this.entry.take()) {
+            entry.answered(response);
         }
-        Poll::Ready(Ok(response))
+        Poll::Ready(answer)
+    }
+}
+
+fn request_id<B>(request: &Request<B>) -> Arc<str> {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    static PROCESS: OnceLock<u32> = OnceLock::new();
+    let given = request
+        .headers()
+        .get(&X_REQUEST_ID)
+        .and_then(|v| v.to_str().ok())
+        .filter(|v| {
+            !v.is_empty()
+                && v.len() <= 128
+                && v.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"-_.:".contains(&b))
+        });
+    match given {
+        Some(id) => Arc::from(id),
+        None => {
+            let process = *PROCESS.get_or_init(|| {
+                let mut bytes = [0u8; 4];
+                let _ = getrandom::getrandom(&mut bytes);
+                u32::from_le_bytes(bytes)
+            });
+            let n = NEXT.fetch_add(1, Ordering::Relaxed);
+            // `{process:08x}-{n:x}`, without the formatting machinery (every request runs it).
+            let mut id = [0u8; 8 + 1 + 16];
+            hex_into(&mut id[..8], u64::from(process));
+            id[8] = b'-';
+            let digits = (64 - n.leading_zeros()).div_ceil(4).max(1) as usize;
+            hex_into(&mut id[9..9 + digits], n);
+            Arc::from(std::str::from_utf8(&id[..9 + digits]).unwrap_or("0"))
+        }
+    }
+}
+
+/// Writes the low hex digits of `n` into `out`, most significant first, zero padded.
+fn hex_into(out: &mut [u8], mut n: u64) {
+    for byte in out.iter_mut().rev() {
+        *byte = b"0123456789abcdef"[(n & 0xf) as usize];
+        n >>= 4;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::hex_into;
+
+    #[test]
+    fn hex_digits_are_written_most_significant_first() {
+        let mut out = [0u8; 8];
+        hex_into(&mut out, 0xbeef);
+        assert_eq!(&out, b"0000beef");
+        let mut one = [0u8; 1];
+        hex_into(&mut one, 0);
+        assert_eq!(&one, b"0");
     }
 }

@@ -12,7 +12,6 @@ mod relay;
 mod write;
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use http::{Method, Request, Response};
@@ -24,7 +23,7 @@ use crate::catalog::writes;
 use crate::config::Settings;
 use crate::error::{self, ProxyError};
 use crate::ops::access_log::Outcome;
-use crate::origin::{OriginRequest, Outgoing, Sending, X_REQUEST_ID};
+use crate::origin::{OriginRequest, Outgoing, Sending};
 use crate::policy::stage::Shape;
 use crate::policy::Policy;
 use crate::state::State;
@@ -63,10 +62,10 @@ pub async fn handle(
     state: Arc<State>,
     request: Request<Incoming>,
     peer: SocketAddr,
+    request_id: Arc<str>,
 ) -> Response<Body> {
     let state = &*state;
     let settings = state.settings();
-    let request_id = request_id(&request);
     let method = request.method().clone();
     let classified = admit(&request, &state.separator.get());
     let operation = match &classified {
@@ -114,7 +113,6 @@ pub async fn handle(
         operation,
         phase,
         reason,
-        request_id,
     });
     response
 }
@@ -249,62 +247,5 @@ pub fn answer_shape(operation: Operation) -> Option<Shape> {
         // credentials in a commit's answer, a scan plan, or an extension's.
         Config => None,
         _ => Some(Shape::Unknown),
-    }
-}
-
-/// The client's `X-Request-Id` when it is a sensible token, else a new one.
-fn request_id(request: &Request<Incoming>) -> Arc<str> {
-    static NEXT: AtomicU64 = AtomicU64::new(1);
-    static PROCESS: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
-    let given = request
-        .headers()
-        .get(&X_REQUEST_ID)
-        .and_then(|v| v.to_str().ok())
-        .filter(|v| {
-            !v.is_empty()
-                && v.len() <= 128
-                && v.bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b"-_.:".contains(&b))
-        });
-    match given {
-        Some(id) => Arc::from(id),
-        None => {
-            let process = *PROCESS.get_or_init(|| {
-                let mut bytes = [0u8; 4];
-                let _ = getrandom::getrandom(&mut bytes);
-                u32::from_le_bytes(bytes)
-            });
-            let n = NEXT.fetch_add(1, Ordering::Relaxed);
-            // `{process:08x}-{n:x}`, without the formatting machinery (every request runs it).
-            let mut id = [0u8; 8 + 1 + 16];
-            hex_into(&mut id[..8], u64::from(process));
-            id[8] = b'-';
-            let digits = (64 - n.leading_zeros()).div_ceil(4).max(1) as usize;
-            hex_into(&mut id[9..9 + digits], n);
-            Arc::from(std::str::from_utf8(&id[..9 + digits]).unwrap_or("0"))
-        }
-    }
-}
-
-/// Writes the low hex digits of `n` into `out`, most significant first, zero padded.
-fn hex_into(out: &mut [u8], mut n: u64) {
-    for byte in out.iter_mut().rev() {
-        *byte = b"0123456789abcdef"[(n & 0xf) as usize];
-        n >>= 4;
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::hex_into;
-
-    #[test]
-    fn hex_digits_are_written_most_significant_first() {
-        let mut out = [0u8; 8];
-        hex_into(&mut out, 0xbeef);
-        assert_eq!(&out, b"0000beef");
-        let mut one = [0u8; 1];
-        hex_into(&mut one, 0);
-        assert_eq!(&one, b"0");
     }
 }
