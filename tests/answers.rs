@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use reqwest::header::{ETAG, IF_NONE_MATCH};
 use support::standin::{Shape, StandIn};
-use support::{free_port, Icecache};
+use support::{free_port, metric, Icecache};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const TABLE: &str = "/v1/namespaces/db/tables/t";
@@ -211,15 +211,49 @@ async fn an_if_none_match_under_a_rejected_policy_never_gets_a_304_nobody_asked_
 async fn a_load_table_path_that_does_not_decode_is_a_400_that_says_x_cache() {
     let catalog = standin(Shape::default()).await;
     let icecache = Icecache::start(&catalog.url, &[]).await;
-    for path in [
+    let paths = [
         "/v1/namespaces/db/tables/e%ZZ",
         "/v1/namespaces/db/tables/e%FF",
-    ] {
+        "/v1/namespaces//tables/t",
+        "/v1/p/namespaces/db/tables/",
+    ];
+    for path in paths {
         let response = reqwest::get(format!("{}{path}", icecache.url))
             .await
             .unwrap();
         assert_eq!(response.status(), 400, "{path}");
         assert_eq!(response.headers()["x-cache"], "BYPASS", "{path}");
+    }
+    let metrics = icecache.metrics().await;
+    assert_eq!(
+        metric(
+            &metrics,
+            r#"icecache_requests_total{cache="BYPASS",route="load_table",status="400"}"#
+        ),
+        paths.len() as f64,
+        "{metrics}"
+    );
+}
+
+/// A load icecache sends without conditionals may not come back as a 304: the client asked for
+/// none (the Java client throws on one). Whether the load is filled, bypassed through the
+/// policy stage, or streamed as it comes, the answer is a 502.
+#[tokio::test]
+async fn a_catalogs_304_to_a_load_asked_without_conditionals_never_reaches_the_client() {
+    let catalog = standin(Shape {
+        status: Some(304),
+        ..Shape::default()
+    })
+    .await;
+    for credentials in ["passthrough", "strip"] {
+        let icecache = Icecache::start(&catalog.url, &["--credentials", credentials]).await;
+        // A key (a fill), and an unknown parameter (no key: streamed under passthrough,
+        // asked alone through the policy stage under strip).
+        for query in ["", "?x=1"] {
+            let response = load(&icecache, query, &[]).await;
+            assert_eq!(response.status(), 502, "{credentials} {query:?}");
+            assert!(response.headers().get("x-cache").is_some());
+        }
     }
 }
 
