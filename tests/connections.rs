@@ -277,3 +277,38 @@ async fn an_abandoned_request_is_counted_and_logged_once() {
         .unwrap();
     assert_eq!(hit.headers()["x-cache"], "HIT");
 }
+
+/// A client that stops reading a large answer: the bytes that wait for it do not move, and
+/// after the idle timeout its connection is cut (a graceful close would wait on it for ever).
+#[tokio::test]
+async fn a_client_that_stops_reading_is_cut_after_the_idle_timeout() {
+    let catalog = StandIn::start(Shape {
+        padding: 48 << 20,
+        ..Shape::default()
+    })
+    .await;
+    catalog.create("big");
+    let flags = ["--idle-timeout", "1s", "--cache-max-entry-bytes", "128MiB"];
+    let icecache = Icecache::start(&catalog.url, &flags).await;
+    let address = icecache.url.trim_start_matches("http://").to_owned();
+    let mut stalled = TcpStream::connect(&address).await.unwrap();
+    stalled
+        .write_all(get(&address, "big", "").as_bytes())
+        .await
+        .unwrap();
+    let mut first = vec![0u8; 64 * 1024];
+    let n = stalled.read(&mut first).await.unwrap();
+    assert!(String::from_utf8_lossy(&first[..n]).starts_with("HTTP/1.1 200"));
+    // Reads nothing for three idle timeouts, then reads what is left: what the kernel's
+    // buffers held, and then the end of a cut connection, well short of 48 MB.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let mut rest = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(10), stalled.read_to_end(&mut rest)).await;
+    let got = match read {
+        Ok(Ok(_)) => rest.len(),
+        // A reset is a cut too.
+        Ok(Err(_)) => rest.len(),
+        Err(_) => panic!("the connection was still open 3 s after its client stopped reading"),
+    };
+    assert!(got + n < 48 << 20, "the whole answer arrived: {got} bytes");
+}

@@ -2,16 +2,17 @@
 //! timeout. A request is in flight from its arrival until the last piece of its answer is
 //! handed to the protocol; the bytes still queued after that count as activity while they
 //! move (an HTTP/1.1 keep-alive connection is idle from its last byte written, not from the
-//! moment a 20 MB body was handed over whole). A write that stops moving for the idle timeout
-//! makes the connection idle too: a reader that stalls is cut like an idle one. On HTTP/1.1 the
-//! bytes of the next request are activity; on HTTP/2 reads are not, since the peer's answers to
-//! keep-alive pings would keep an unused connection open for ever.
+//! moment a 20 MB body was handed over whole). Bytes that wait to be written without moving
+//! for the idle timeout are a client that stopped reading: its connection is cut (a graceful
+//! close would wait on it for ever). On HTTP/1.1 the bytes of the next request are activity;
+//! on HTTP/2 reads are not, since the peer's answers to keep-alive pings would keep an unused
+//! connection open for ever.
 
 use std::convert::Infallible;
 use std::future::Future;
 use std::io::IoSlice;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -35,6 +36,9 @@ pub struct Activity {
     born: Instant,
     in_flight: AtomicUsize,
     last_ms: AtomicU64,
+    /// Whether some bytes are waiting to be written, and since when they have not moved.
+    unsent: AtomicBool,
+    waiting_ms: AtomicU64,
 }
 
 impl Activity {
@@ -43,12 +47,43 @@ impl Activity {
             born: Instant::now(),
             in_flight: AtomicUsize::new(0),
             last_ms: AtomicU64::new(0),
+            unsent: AtomicBool::new(false),
+            waiting_ms: AtomicU64::new(0),
         })
     }
 
+    fn now_ms(&self) -> u64 {
+        u64::try_from(self.born.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
     fn touch(&self) {
-        let ms = u64::try_from(self.born.elapsed().as_millis()).unwrap_or(u64::MAX);
-        self.last_ms.store(ms, Ordering::Relaxed);
+        self.last_ms.store(self.now_ms(), Ordering::Relaxed);
+    }
+
+    /// Some bytes could not be written (`moved`: some others were): they wait from now.
+    fn waiting(&self, moved: bool) {
+        let already = self.unsent.swap(true, Ordering::Relaxed);
+        if moved || !already {
+            let now = self.now_ms();
+            self.waiting_ms.store(now, Ordering::Relaxed);
+            if moved {
+                self.last_ms.store(now, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Everything handed to the connection has been written.
+    fn written(&self) {
+        if self.unsent.swap(false, Ordering::Relaxed) {
+            self.touch();
+        }
+    }
+
+    /// Since when bytes have waited to be written without moving, if some are waiting.
+    pub fn stalled_since(&self) -> Option<Instant> {
+        self.unsent
+            .load(Ordering::Relaxed)
+            .then(|| self.born + Duration::from_millis(self.waiting_ms.load(Ordering::Relaxed)))
     }
 
     /// When the connection falls idle if nothing happens, or None while a request runs.
@@ -187,12 +222,12 @@ where
 }
 
 /// A connection's I/O, noting what moves on it. Bytes the protocol could not write at once are
-/// unsent; each write that moves some of them, and the one that empties them, is activity.
+/// unsent; each write that moves some of them, and the one that empties them, is activity, and
+/// unsent bytes that do not move for the idle timeout are a stalled client.
 pub struct Watched<I> {
     io: I,
     activity: Arc<Activity>,
     reads_count: bool,
-    unsent: bool,
 }
 
 impl<I> Watched<I> {
@@ -202,24 +237,15 @@ impl<I> Watched<I> {
             io,
             activity,
             reads_count,
-            unsent: false,
         }
     }
 
-    fn wrote(&mut self, result: &Poll<std::io::Result<usize>>, asked: usize) {
+    fn wrote(&self, result: &Poll<std::io::Result<usize>>, asked: usize) {
         match result {
-            Poll::Ready(Ok(n)) if *n < asked => {
-                self.unsent = true;
-                if *n > 0 {
-                    self.activity.touch();
-                }
-            }
-            Poll::Ready(Ok(_)) if self.unsent => {
-                self.unsent = false;
-                self.activity.touch();
-            }
-            Poll::Pending => self.unsent = true,
-            Poll::Ready(_) => {}
+            Poll::Ready(Ok(n)) if *n < asked => self.activity.waiting(*n > 0),
+            Poll::Ready(Ok(_)) => self.activity.written(),
+            Poll::Pending => self.activity.waiting(false),
+            Poll::Ready(Err(_)) => {}
         }
     }
 }

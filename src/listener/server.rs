@@ -52,6 +52,9 @@ impl Protocols {
             // `header_case`), which hyper's encoder reads whatever this says; preserving the
             // case of request headers would record a case map for every request, unread.
             .preserve_header_case(false)
+            // A client's end of stream means it left (its request is abandoned, counted 499),
+            // as nginx takes it: half-closing clients are rare, ones that time out are not.
+            .half_close(false)
             .keep_alive(true);
         let mut http2 = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
         http2
@@ -237,18 +240,32 @@ where
     C: std::future::Future<Output = Result<(), hyper::Error>>,
 {
     let mut closing = false;
+    let idle = limits.idle_timeout;
     loop {
-        let idle_at = activity
-            .idle_at(limits.idle_timeout)
-            .unwrap_or_else(|| Instant::now() + limits.idle_timeout);
+        let now = Instant::now();
+        // Closing waits for nothing but a stall: the connection ends on its own otherwise.
+        let idle_at = match closing {
+            false => activity.idle_at(idle).unwrap_or(now + idle),
+            true => now + idle,
+        };
+        let wake = activity
+            .stalled_since()
+            .map_or(idle_at, |since| idle_at.min(since + idle));
         tokio::select! {
             result = connection.as_mut() => return result,
             () = stopped(shutdown), if !closing => {
                 closing = true;
                 close(connection.as_mut());
             }
-            () = tokio::time::sleep_until(idle_at), if !closing => {
-                if activity.idle_at(limits.idle_timeout).is_some_and(|at| at <= Instant::now()) {
+            () = tokio::time::sleep_until(wake) => {
+                let now = Instant::now();
+                if activity.stalled_since().is_some_and(|since| since + idle <= now) {
+                    // The client has read nothing for the idle timeout: a graceful close would
+                    // wait on it for ever, so the connection is dropped.
+                    tracing::debug!(?idle, "a client stopped reading; connection cut");
+                    return Ok(());
+                }
+                if !closing && activity.idle_at(idle).is_some_and(|at| at <= now) {
                     closing = true;
                     close(connection.as_mut());
                 }
