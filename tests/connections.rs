@@ -20,6 +20,21 @@ fn get(address: &str, table: &str, extra: &str) -> String {
     )
 }
 
+/// The same load over HTTP/2, with an `X-Request-Id` when `id` is not empty.
+fn h2_get(
+    address: &str,
+    table: &str,
+    id: &str,
+) -> http::Request<http_body_util::Empty<bytes::Bytes>> {
+    let mut request =
+        http::Request::get(format!("http://{address}/v1/namespaces/db/tables/{table}"))
+            .header("authorization", "Bearer alice");
+    if !id.is_empty() {
+        request = request.header("x-request-id", id);
+    }
+    request.body(http_body_util::Empty::new()).unwrap()
+}
+
 /// Reads one HTTP/1.1 answer with a `content-length` body, `pace` bytes at a time with a pause
 /// between reads until `slow_until` bytes of body have come; returns the head and body length.
 async fn read_answer(
@@ -78,10 +93,7 @@ async fn a_request_slower_than_the_idle_timeout_is_answered_in_full() {
     let address = icecache.url.trim_start_matches("http://").to_owned();
 
     let (mut sender, h2) = h2_connection(&address).await;
-    let request = http::Request::get(format!("http://{address}/v1/namespaces/db/tables/t"))
-        .header("authorization", "Bearer alice")
-        .body(http_body_util::Empty::new())
-        .unwrap();
+    let request = h2_get(&address, "t", "");
     let started = Instant::now();
     let answer = sender.send_request(request).await.unwrap();
     assert_eq!(answer.status(), 200);
@@ -163,12 +175,7 @@ async fn a_long_download_keeps_its_connection_for_the_next_request() {
 
     // HTTP/2: stream 1 read slowly; another stream opened 2 s in is answered.
     let (mut sender, _h2) = h2_connection(&address).await;
-    let request = |table: &str| {
-        http::Request::get(format!("http://{address}/v1/namespaces/db/tables/{table}"))
-            .header("authorization", "Bearer alice")
-            .body(http_body_util::Empty::new())
-            .unwrap()
-    };
+    let request = |table: &str| h2_get(&address, table, "");
     let big = sender.send_request(request("big")).await.unwrap();
     assert_eq!(big.status(), 200);
     let mut body = big.into_body();
@@ -243,11 +250,7 @@ async fn an_abandoned_request_is_counted_and_logged_once() {
     drop(h1);
 
     let (mut sender, _h2) = h2_connection(&address).await;
-    let request = http::Request::get(format!("http://{address}/v1/namespaces/db/tables/u"))
-        .header("authorization", "Bearer alice")
-        .header("x-request-id", "gone-over-h2")
-        .body(http_body_util::Empty::new())
-        .unwrap();
+    let request = h2_get(&address, "u", "gone-over-h2");
     let answer = sender.send_request(request);
     // Dropped unanswered: the client resets the stream.
     assert!(tokio::time::timeout(Duration::from_millis(300), answer)
