@@ -253,6 +253,18 @@ async fn a_catalogs_304_to_a_load_asked_without_conditionals_never_reaches_the_c
             let response = load(&icecache, query, &[]).await;
             assert_eq!(response.status(), 502, "{credentials} {query:?}");
             assert!(response.headers().get("x-cache").is_some());
+            // The same over HTTP/2.
+            let h2 = reqwest::Client::builder()
+                .http2_prior_knowledge()
+                .build()
+                .unwrap()
+                .get(format!("{}{TABLE}{query}", icecache.url))
+                .bearer_auth("alice")
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(h2.version(), reqwest::Version::HTTP_2);
+            assert_eq!(h2.status(), 502, "HTTP/2 {credentials} {query:?}");
         }
     }
 }

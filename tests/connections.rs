@@ -20,6 +20,15 @@ fn get(address: &str, table: &str, extra: &str) -> String {
     )
 }
 
+/// A stand-in catalog answering in `shape`, with `tables` created.
+async fn catalog(shape: Shape, tables: &[&str]) -> StandIn {
+    let catalog = StandIn::start(shape).await;
+    for table in tables {
+        catalog.create(table);
+    }
+    catalog
+}
+
 /// The same load over HTTP/2, with an `X-Request-Id` when `id` is not empty.
 fn h2_get(
     address: &str,
@@ -82,13 +91,14 @@ async fn read_answer(
 /// protocol, and its connection is closed once it has been idle.
 #[tokio::test]
 async fn a_request_slower_than_the_idle_timeout_is_answered_in_full() {
-    let catalog = StandIn::start(Shape {
-        delay: Duration::from_millis(2500),
-        ..Shape::default()
-    })
+    let catalog = catalog(
+        Shape {
+            delay: Duration::from_millis(2500),
+            ..Shape::default()
+        },
+        &["t", "u"],
+    )
     .await;
-    catalog.create("t");
-    catalog.create("u");
     let icecache = Icecache::start(&catalog.url, &["--idle-timeout", "1s"]).await;
     let address = icecache.url.trim_start_matches("http://").to_owned();
 
@@ -131,13 +141,14 @@ async fn a_request_slower_than_the_idle_timeout_is_answered_in_full() {
 /// stream opened meanwhile (HTTP/2), is answered.
 #[tokio::test]
 async fn a_long_download_keeps_its_connection_for_the_next_request() {
-    let catalog = StandIn::start(Shape {
-        padding: 24 << 20,
-        ..Shape::default()
-    })
+    let catalog = catalog(
+        Shape {
+            padding: 24 << 20,
+            ..Shape::default()
+        },
+        &["big", "small"],
+    )
     .await;
-    catalog.create("big");
-    catalog.create("small");
     let flags = ["--idle-timeout", "1s", "--cache-max-entry-bytes", "64MiB"];
     let icecache = Icecache::start(&catalog.url, &flags).await;
     let address = icecache.url.trim_start_matches("http://").to_owned();
@@ -203,8 +214,7 @@ async fn a_long_download_keeps_its_connection_for_the_next_request() {
 /// (the bytes left unread keep the socket readable, so only the close says it is over).
 #[tokio::test]
 async fn a_partial_preface_then_a_close_frees_the_slot_at_once() {
-    let catalog = StandIn::start(Shape::default()).await;
-    catalog.create("t");
+    let catalog = catalog(Shape::default(), &["t"]).await;
     let flags = ["--workers", "1", "--max-connections", "1"];
     let icecache = Icecache::start(&catalog.url, &flags).await;
     let address = icecache.url.trim_start_matches("http://").to_owned();
@@ -232,13 +242,14 @@ async fn a_partial_preface_then_a_close_frees_the_slot_at_once() {
 /// catalog's answer still fills the cache for the next caller.
 #[tokio::test]
 async fn an_abandoned_request_is_counted_and_logged_once() {
-    let catalog = StandIn::start(Shape {
-        delay: Duration::from_millis(1500),
-        ..Shape::default()
-    })
+    let catalog = catalog(
+        Shape {
+            delay: Duration::from_millis(1500),
+            ..Shape::default()
+        },
+        &["t", "u"],
+    )
     .await;
-    catalog.create("t");
-    catalog.create("u");
     let icecache = Icecache::start(&catalog.url, &[]).await;
     let address = icecache.url.trim_start_matches("http://").to_owned();
 
@@ -285,12 +296,14 @@ async fn an_abandoned_request_is_counted_and_logged_once() {
 /// after the idle timeout its connection is cut (a graceful close would wait on it for ever).
 #[tokio::test]
 async fn a_client_that_stops_reading_is_cut_after_the_idle_timeout() {
-    let catalog = StandIn::start(Shape {
-        padding: 48 << 20,
-        ..Shape::default()
-    })
+    let catalog = catalog(
+        Shape {
+            padding: 48 << 20,
+            ..Shape::default()
+        },
+        &["big"],
+    )
     .await;
-    catalog.create("big");
     let flags = ["--idle-timeout", "1s", "--cache-max-entry-bytes", "128MiB"];
     let icecache = Icecache::start(&catalog.url, &flags).await;
     let address = icecache.url.trim_start_matches("http://").to_owned();

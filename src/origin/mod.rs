@@ -312,6 +312,11 @@ impl Origin {
         body: Body,
     ) -> Result<Response<Incoming>, OriginError> {
         let operation = request.operation;
+        // A 304 answers a conditional request only; to any other it would reach a client that
+        // asked for none (the Java client throws on one), whichever route relays it.
+        let conditional = CONDITIONALS
+            .iter()
+            .any(|name| request.headers.contains_key(name));
         let mut outgoing = Request::new(body);
         *outgoing.method_mut() = request.method;
         *outgoing.uri_mut() = request.uri;
@@ -326,6 +331,11 @@ impl Origin {
             Err(_) => Err(OriginError::Timeout(self.request_timeout)),
             Ok(Err(e)) if e.is_connect() => Err(OriginError::Connect(Arc::new(e))),
             Ok(Err(e)) => Err(OriginError::Exchange(Arc::new(e))),
+            Ok(Ok(response))
+                if response.status() == http::StatusCode::NOT_MODIFIED && !conditional =>
+            {
+                Err(OriginError::UnexpectedNotModified)
+            }
             Ok(Ok(response)) => Ok(response),
         };
         match &result {
