@@ -87,6 +87,13 @@ async fn read_answer(
     (head, got)
 }
 
+/// A connection whose receive buffer is fixed at 256 KiB (the kernel doubles it).
+async fn small_buffer_connection(address: &str) -> TcpStream {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(256 << 10).unwrap();
+    socket.connect(address.parse().unwrap()).await.unwrap()
+}
+
 /// One whose answer takes longer than the idle timeout is answered in full, over either
 /// protocol, and its connection is closed once it has been idle.
 #[tokio::test]
@@ -153,16 +160,20 @@ async fn a_long_download_keeps_its_connection_for_the_next_request() {
     let icecache = Icecache::start(&catalog.url, &flags).await;
     let address = icecache.url.trim_start_matches("http://").to_owned();
 
-    // Filled first, so that the whole body is handed over at once.
-    let mut h1 = TcpStream::connect(&address).await.unwrap();
+    // Filled first, so that the whole body is handed over at once. The client's receive
+    // buffer is fixed and small: left to grow (up to `tcp_rmem`'s maximum, 32 MiB on some
+    // machines), the kernel would take the rest of the answer while it is still read slowly,
+    // and the connection would rightly be idle from then on (see the README's limits).
+    let mut h1 = small_buffer_connection(&address).await;
     h1.write_all(get(&address, "big", "").as_bytes())
         .await
         .unwrap();
     let (head, _) = read_answer(&mut h1, None, 0).await;
     assert!(head.contains("x-cache: MISS"), "{head}");
 
-    // 12 MB at 4 MB/s (3 s against an idle timeout of 1 s), then the rest at once (what the
-    // kernel's buffers hold is written before the slow part ends), then the next request.
+    // 12 MB at 4 MB/s (3 s against an idle timeout of 1 s), then the rest at once (the
+    // kernel's buffers, the client's 512 KiB and icecache's send buffer, hold less than the
+    // 12 MB left, so icecache is still writing when the slow part ends), then the next request.
     h1.write_all(get(&address, "big", "").as_bytes())
         .await
         .unwrap();
