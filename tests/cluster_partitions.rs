@@ -1,8 +1,8 @@
 //! A tier where one replica and Redis stop hearing each other, wholly or in part, through a
 //! TCP gate that goes silent without closing anything: cut off both ways, Redis's answers lost
-//! while the replica's commands still run, a subscription alone gone quiet, and a replica out of
-//! touch past `member_timeout`. By the time a write's answer returns through any replica, no
-//! other serves a state older than it.
+//! while the replica's commands still run, a subscription alone gone quiet, what the gate held
+//! delivered late, and a replica out of touch past `member_timeout`. By the time a write's
+//! answer returns through any replica, no other serves a state older than it.
 
 mod support;
 
@@ -138,6 +138,45 @@ async fn a_replica_out_of_touch_for_the_member_timeout_refuses_writes_then_is_fo
     tier.wait_live().await;
     let committed = commit(tier.url(0)).await;
     assert!(version_at(tier.url(1)).await >= committed);
+}
+
+/// A heartbeat the network held past its timeout and delivered late renews nothing: the
+/// replica took it as lost and, still out of touch, answers writes it cannot announce at once.
+#[tokio::test]
+async fn a_heartbeat_delivered_late_does_not_make_a_cut_off_replica_look_live() {
+    let catalog = standin(Shape::default()).await;
+    let redis = Redis::start().await;
+    let (gate, tier) = a_behind_a_gate(&catalog, &redis, &[]).await;
+    gate.freeze();
+    let frozen = Instant::now();
+    let mut lapsed = false;
+    for _ in 0..200 {
+        if lapsed_on(&tier, 1).await >= 1.0 {
+            lapsed = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert!(lapsed, "B never saw A's heartbeat lapse");
+    // Long enough that A's own wait for a write it cannot announce is over.
+    tokio::time::sleep(Duration::from_millis(2500).saturating_sub(frozen.elapsed())).await;
+    // What A sent while frozen (its last heartbeat among it) now reaches Redis; A still hears
+    // nothing back, so it stays degraded. B beats within 300 ms; a renewed lease would last 1 s.
+    gate.let_commands_through();
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let committed = commit(tier.url(0)).await;
+    let seen = load(tier.url(1), "alice").await;
+    let phase = x_cache(&seen);
+    let version = support::standin::version_of(&seen.json::<Value>().await.unwrap()).unwrap();
+    let lapsed = lapsed_on(&tier, 1).await;
+    assert_ne!(
+        phase, "HIT",
+        "B served {version} (committed {committed}) from memory; B sees {lapsed} lapsed"
+    );
+    assert!(version >= committed, "{version} < {committed}");
+    assert!(lapsed >= 1.0, "a late heartbeat made A look live");
+    gate.thaw();
+    tier.wait_live().await;
 }
 
 #[tokio::test]

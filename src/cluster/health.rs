@@ -37,15 +37,21 @@ const SLACK: Duration = Duration::from_millis(50);
 /// How often a replica that keeps failing says so in its log.
 const WARN_EVERY: Duration = Duration::from_secs(30);
 
-/// One heartbeat: tick this replica's clock; when it is behind what this replica saw (Redis
-/// lost writes) or unreadable, set it past that and count it; move the epoch first when dirty
-/// or behind, and announce it; then renew this replica's lease, prove the subscription on its
-/// own channel, and count (and forget) the replicas whose leases lapsed. A command Redis
-/// refuses stops the script before the lease is renewed: a replica that cannot move the epoch
-/// cannot look live.
+/// One heartbeat, unless it arrives after the time (on Redis's clock) by which it was due: then
+/// it changes nothing. A heartbeat the network held (a partition that heals, TCP resending)
+/// would otherwise renew the lease of a replica that took it as lost and, out of touch, answers
+/// writes nobody hears of, counting on its lease having lapsed. Otherwise: tick this replica's
+/// clock; when it is behind what this replica saw (Redis lost writes) or unreadable, set it
+/// past that and count it; move the epoch first when dirty or behind, and announce it; then
+/// renew this replica's lease, prove the subscription on its own channel, and count (and
+/// forget) the replicas whose leases lapsed. A command Redis refuses stops the script before
+/// the lease is renewed: a replica that cannot move the epoch cannot look live.
 const BEAT: &str = r"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+if ARGV[12] ~= '' and now > tonumber(ARGV[12]) then
+  return {-1, 0, 0, 0, -1, now}
+end
 local seen = tonumber(ARGV[8])
 local clock = redis.pcall('INCR', KEYS[3])
 local behind = 0
@@ -76,7 +82,7 @@ for i = 1, #members, 2 do
     left = live_until - now
   end
 end
-return {lapsed, clock, moved, behind, left}
+return {lapsed, clock, moved, behind, left, now}
 ";
 
 pub struct Health {
@@ -99,6 +105,10 @@ pub struct Health {
     /// The number of the last heartbeat Redis took, and when its answer came: the
     /// subscription must have heard it on its own channel by a round trip later.
     last_landed: Mutex<Option<(u64, Instant)>>,
+    /// Redis's clock (milliseconds) as the last heartbeat answer read it, and when that answer
+    /// came: Redis's time at a later instant is at least that time plus the interval, so a
+    /// heartbeat's deadline on Redis's clock is never later than its deadline here.
+    redis_clock: Mutex<Option<(Instant, u64)>>,
     /// When the last heartbeat Redis took was sent; None until the first.
     last_beat: Mutex<Option<Instant>>,
     /// Heartbeats started (numbering them), and the highest number whose epoch move landed.
@@ -121,6 +131,7 @@ impl Health {
             last_beat: Mutex::new(None),
             last_sent: Mutex::new(None),
             last_landed: Mutex::new(None),
+            redis_clock: Mutex::new(None),
             beats_started: AtomicU64::new(0),
             covered: watch::Sender::new(0),
             wake: Notify::new(),
@@ -200,9 +211,10 @@ impl Health {
         self.wake.notify_one();
         // The last heartbeat sent may have reached Redis (its answer perhaps lost) and holds
         // this replica live for MEMBER_LEASE after Redis received it, at most redis_timeout
-        // after it was sent; each other replica sees the lapse within a heartbeat, the wait
-        // for its answer, and its round trip. While degraded, only probes are sent (they
-        // renew nothing), so the wait is over once the replica has been degraded that long.
+        // after it was sent (one that arrives later renews nothing: see BEAT); each other
+        // replica sees the lapse within a heartbeat, the wait for its answer, and its round
+        // trip. While degraded, only probes are sent (they renew nothing), so the wait is over
+        // once the replica has been degraded that long.
         let timeout = settings.redis_timeout;
         let sent = self.last_sent.lock().map_or(None, |at| *at);
         let deadline = sent.map_or_else(Instant::now, |at| {
@@ -303,16 +315,34 @@ impl Health {
             .arg(self.clock_seen.load(Ordering::Acquire))
             .arg(random_token().to_string())
             .arg(MAX_CLOCK)
-            .arg(number);
+            .arg(number)
+            .arg(self.due(sent, settings.redis_timeout));
         let mut connection = connection.clone();
         metrics.cluster_redis("beat");
         let result = tokio::time::timeout(
             settings.redis_timeout,
-            invocation.invoke_async::<(i64, u64, i64, i64, i64)>(&mut connection),
+            invocation.invoke_async::<(i64, u64, i64, i64, i64, i64)>(&mut connection),
         )
         .await;
-        match result {
-            Ok(Ok((lapsed, clock, moved, behind, left))) => {
+        let answer = match result {
+            // The script's first number is -1 when it arrived after it was due.
+            Ok(Ok(answer)) if answer.0 < 0 => {
+                self.read_redis_clock(answer.5);
+                Err(
+                    "a heartbeat reached Redis after it was due (a slow Redis, or its clock \
+                     moved) and renewed nothing"
+                        .to_owned(),
+                )
+            }
+            Ok(Ok(answer)) => {
+                self.read_redis_clock(answer.5);
+                Ok(answer)
+            }
+            Ok(Err(e)) => Err(format!("heartbeat: {e}")),
+            Err(_) => Err("heartbeat timed out".to_owned()),
+        };
+        match answer {
+            Ok((lapsed, clock, moved, behind, left, _)) => {
                 // Counted from when the request was sent: Redis read its clock after that.
                 let until = u64::try_from(left).map_or(NO_OTHERS, |ms| {
                     micros(sent.duration_since(self.born) + Duration::from_millis(ms))
@@ -345,17 +375,31 @@ impl Health {
                 }
                 metrics.cluster_degraded.set(0);
             }
-            failed => {
+            Err(why) => {
                 if dirty {
                     self.dirty.store(true, Ordering::Release);
                 }
-                let why = match failed {
-                    Ok(Err(e)) => format!("heartbeat: {e}"),
-                    _ => "heartbeat timed out".to_owned(),
-                };
                 self.down(metrics, &why);
             }
         }
+    }
+
+    /// Redis's time, as a heartbeat answer that just came read it.
+    fn read_redis_clock(&self, now_ms: i64) {
+        if let (Ok(mut clock), Ok(now_ms)) = (self.redis_clock.lock(), u64::try_from(now_ms)) {
+            *clock = Some((Instant::now(), now_ms));
+        }
+    }
+
+    /// When a heartbeat sent at `sent` is due in Redis (milliseconds on its clock, as an
+    /// argument; empty before Redis has answered once): `redis_timeout` after it was sent,
+    /// which is what a write this replica cannot announce counts on (`cover_write`).
+    fn due(&self, sent: Instant, redis_timeout: Duration) -> String {
+        let clock = self.redis_clock.lock().map_or(None, |clock| *clock);
+        clock.map_or_else(String::new, |(at, ms)| {
+            let ahead = (sent + redis_timeout).saturating_duration_since(at);
+            ms.saturating_add(millis(ahead)).to_string()
+        })
     }
 }
 

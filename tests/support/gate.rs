@@ -68,6 +68,13 @@ impl Gate {
         self.switches.replies.store(true, Ordering::SeqCst);
     }
 
+    /// From frozen: the replica's commands move again, those held while frozen first (a link
+    /// that delivers what it held, late); Redis's answers stay silent.
+    pub fn let_commands_through(&self) {
+        self.switches.replies.store(true, Ordering::SeqCst);
+        self.switches.all.store(false, Ordering::SeqCst);
+    }
+
     pub fn thaw(&self) {
         self.switches.replies.store(false, Ordering::SeqCst);
         self.switches.all.store(false, Ordering::SeqCst);
