@@ -43,6 +43,13 @@ pub enum ProxyError {
          through another"
     )]
     OutOfTouch,
+    #[error(
+        "the catalog answered this write, but by then this replica had been out of touch with \
+         the tier's Redis for cluster.member_timeout and could not announce it: other replicas \
+         may serve the state before it until this replica is back in touch; the commit state is \
+         unknown to the tier"
+    )]
+    WriteUnseen,
 }
 
 impl ProxyError {
@@ -58,6 +65,8 @@ impl ProxyError {
             ProxyError::Origin(e) => e.status(),
             ProxyError::Refused(_) | ProxyError::Internal => StatusCode::BAD_GATEWAY,
             ProxyError::OutOfTouch => StatusCode::SERVICE_UNAVAILABLE,
+            // What the spec gives a gateway when "the commit state is unknown".
+            ProxyError::WriteUnseen => StatusCode::BAD_GATEWAY,
             ProxyError::Cache(failure) => match &failure.error {
                 CacheError::Origin(e) => e.status(),
                 CacheError::Refused(_) | CacheError::Abandoned => StatusCode::BAD_GATEWAY,
@@ -66,6 +75,9 @@ impl ProxyError {
     }
 
     fn error_type(&self) -> &'static str {
+        if matches!(self, ProxyError::WriteUnseen) {
+            return "CommitStateUnknownException";
+        }
         match self.status() {
             StatusCode::GATEWAY_TIMEOUT => "GatewayTimeoutException",
             StatusCode::BAD_GATEWAY => "BadGatewayException",

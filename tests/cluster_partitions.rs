@@ -179,6 +179,101 @@ async fn a_heartbeat_delivered_late_does_not_make_a_cut_off_replica_look_live() 
     tier.wait_live().await;
 }
 
+/// While a replica is lapsed, Redis's tokens may not show what it answered: the others ask
+/// the catalog rather than take the entry the tier shared before.
+#[tokio::test]
+async fn under_bounded_a_replica_cut_off_alone_cannot_hide_a_write_behind_a_shared_entry() {
+    let catalog = standin(Shape::default()).await;
+    let redis = Redis::start().await;
+    let gate = Gate::open(redis.port).await;
+    let flags = [
+        "--fresh-for",
+        "1h",
+        "--cluster-redis-timeout",
+        "200ms",
+        "--cluster-consistency",
+        "bounded",
+        // Bodies without keys, so that the tier shares them.
+        "--credentials",
+        "strip",
+    ];
+    let urls = [gate.url(), redis.url(), redis.url()];
+    let tier = Tier::start_at(&urls, &catalog.url, &flags).await;
+    for replica in [1, 2] {
+        version_at(tier.url(replica)).await;
+        assert_eq!(x_cache(&load(tier.url(replica), "alice").await), "HIT");
+    }
+    gate.freeze();
+    let committed = commit(tier.url(0)).await;
+    for round in 0..5 {
+        for replica in [2, 1] {
+            let seen = load(tier.url(replica), "alice").await;
+            let phase = x_cache(&seen);
+            let version =
+                support::standin::version_of(&seen.json::<Value>().await.unwrap()).unwrap();
+            assert!(
+                version >= committed,
+                "round {round}: replica {replica} served {version} (committed {committed}), \
+                 x-cache {phase}"
+            );
+        }
+    }
+    gate.thaw();
+    tier.wait_live().await;
+}
+
+/// Once the others forget a replica cut off for `member_timeout`, they trust the tier again:
+/// what they held from before a write it answered meanwhile is not trusted with it.
+#[tokio::test]
+async fn a_write_through_a_replica_cut_off_is_seen_after_the_others_forget_it() {
+    let catalog = standin(Shape::default()).await;
+    let redis = Redis::start().await;
+    let (gate, tier) = a_behind_a_gate(&catalog, &redis, &["--cluster-member-timeout", "5s"]).await;
+    gate.freeze();
+    let committed = commit(tier.url(0)).await;
+    let mut forgotten = false;
+    for _ in 0..400 {
+        if lapsed_on(&tier, 1).await == 0.0 {
+            forgotten = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert!(forgotten, "B never forgot A");
+    for _ in 0..3 {
+        let seen = load(tier.url(1), "alice").await;
+        let phase = x_cache(&seen);
+        let version = support::standin::version_of(&seen.json::<Value>().await.unwrap()).unwrap();
+        assert!(
+            version >= committed,
+            "B served {version} (committed {committed}), x-cache {phase}, after forgetting A"
+        );
+    }
+    gate.thaw();
+    tier.wait_live().await;
+}
+
+/// A write the catalog answers only after its replica has been cut off for `member_timeout`
+/// may have landed after the others forgot that replica: it is not reported as a success.
+#[tokio::test]
+async fn a_write_answered_after_the_member_timeout_while_cut_off_is_not_a_success() {
+    let catalog = standin(Shape {
+        commit_delay: Duration::from_secs(4),
+        ..Shape::default()
+    })
+    .await;
+    let redis = Redis::start().await;
+    let (gate, tier) = a_behind_a_gate(&catalog, &redis, &["--cluster-member-timeout", "5s"]).await;
+    gate.freeze();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let answer = support::empty_commit(&format!("{}{TABLE}", tier.url(0)), "alice").await;
+    assert_eq!(answer.status(), 502);
+    let body: Value = answer.json().await.unwrap();
+    assert_eq!(body["error"]["type"], "CommitStateUnknownException");
+    gate.thaw();
+    tier.wait_live().await;
+}
+
 #[tokio::test]
 async fn a_replica_whose_subscription_goes_silent_stops_trusting_its_memory() {
     let catalog = standin(Shape::default()).await;

@@ -6,16 +6,18 @@
 use super::Cache;
 use crate::catalog::names::{loose_namespace, LooseName};
 use crate::catalog::writes::Touched;
+use crate::cluster::Cover;
 
 impl Cache {
     /// Invalidates what a write touched, here and (before returning) in every replica of the
-    /// tier; returns how many entries went here.
-    pub async fn invalidate_everywhere(&self, touched: &Touched, reason: &str) -> usize {
+    /// tier; returns how many entries went here, and how the other replicas learn of it.
+    pub async fn invalidate_everywhere(&self, touched: &Touched, reason: &str) -> (usize, Cover) {
         let removed = self.invalidate(touched, reason);
-        if let Some(cluster) = &self.cluster {
-            cluster.announce(touched).await;
-        }
-        removed
+        let cover = match &self.cluster {
+            Some(cluster) => cluster.announce(touched).await,
+            None => Cover::Announced,
+        };
+        (removed, cover)
     }
 
     /// Invalidates what a write touched in this replica; returns how many entries went.
@@ -73,6 +75,6 @@ impl Cache {
             (Some(namespace), None) => Touched::namespace(loose_namespace(namespace)),
             _ => Touched::Everything,
         };
-        self.invalidate_everywhere(&touched, "purge").await
+        self.invalidate_everywhere(&touched, "purge").await.0
     }
 }

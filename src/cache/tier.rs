@@ -100,6 +100,11 @@ impl Cache {
     pub(super) async fn tier_fill(&self, fill: &mut Fill) -> Option<TierFill> {
         let cluster = self.cluster.as_ref()?;
         let key = fill.key.clone().filter(|_| fill.purpose == Purpose::Fill)?;
+        if cluster.distrusts_tier() {
+            // A replica gone quiet may have answered writes Redis's tokens do not show: an
+            // entry shared under them may be older than such a write.
+            return Some(TierFill::Alone);
+        }
         if fill.remote.is_none() && cluster.consistency() == Consistency::Bounded {
             if let Observed::Live(tokens) = cluster.observe(&key.table.loose()).await {
                 fill.remote = Some(tokens);

@@ -7,8 +7,11 @@
 //! partition between it and Redis alone): while any has lapsed, the others distrust what they
 //! hold and ask the catalog. A replica that answered a write Redis was not told of is dirty: its
 //! next heartbeat moves the epoch (so no older entry anywhere looks current) and announces it.
-//! A lapsed replica is forgotten after `member_timeout`; a replica out of touch that long
-//! refuses writes, since the others no longer wait for it.
+//! A lapsed replica is forgotten after `member_timeout`, and forgetting it moves the epoch: a
+//! write it answered before then is seen everywhere once it is forgotten. A replica out of touch
+//! that long refuses writes, since the others no longer wait for it, and a write whose answer
+//! comes after that point is `Cover::Lost`: it may have reached the catalog after the others
+//! forgot this replica.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -44,7 +47,10 @@ const WARN_EVERY: Duration = Duration::from_secs(30);
 /// clock; when it is behind what this replica saw (Redis lost writes) or unreadable, set it
 /// past that and count it; move the epoch first when dirty or behind, and announce it; then
 /// renew this replica's lease, prove the subscription on its own channel, and count (and
-/// forget) the replicas whose leases lapsed. A command Redis refuses stops the script before
+/// forget) the replicas whose leases lapsed. Forgetting one moves the epoch, announced as from
+/// the tier (every replica, this one too, drops what it holds): the forgotten one may have
+/// answered writes nobody heard of, and from now on nobody distrusts the tier on its account.
+/// A command Redis refuses stops the script before
 /// the lease is renewed: a replica that cannot move the epoch cannot look live.
 const BEAT: &str = r"
 local t = redis.call('TIME')
@@ -70,20 +76,40 @@ end
 redis.call('HSET', KEYS[1], ARGV[1], now + tonumber(ARGV[2]))
 redis.call('PUBLISH', ARGV[7], ARGV[11])
 local lapsed = 0
+local forgot = 0
 local left = -1
 local members = redis.call('HGETALL', KEYS[1])
 for i = 1, #members, 2 do
   local live_until = tonumber(members[i + 1])
   if live_until == nil or live_until <= now - tonumber(ARGV[3]) then
     redis.call('HDEL', KEYS[1], members[i])
+    forgot = forgot + 1
   elseif live_until <= now then
     lapsed = lapsed + 1
   elseif members[i] ~= ARGV[1] and (left < 0 or live_until - now < left) then
     left = live_until - now
   end
 end
+if forgot > 0 then
+  redis.call('SET', KEYS[2], ARGV[9])
+  redis.call('PUBLISH', ARGV[5], ARGV[13])
+  moved = 1
+end
 return {lapsed, clock, moved, behind, left, now}
 ";
+
+/// How the other replicas learn of a write this replica answered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Cover {
+    /// Redis was told (its tokens moved, or a heartbeat moved the epoch).
+    Announced,
+    /// Redis was not told, but every other replica distrusts what it holds until it is, or
+    /// until it forgets this replica (which moves the epoch).
+    Distrusted,
+    /// Redis was not told, and this replica had been out of touch for `member_timeout` when
+    /// the answer came: the others may have forgotten it before the catalog made the write.
+    Lost,
+}
 
 pub struct Health {
     degraded: AtomicBool,
@@ -203,8 +229,9 @@ impl Health {
 
     /// Waits until a write this replica answered without telling Redis is covered: a
     /// heartbeat that started after it moved the epoch, or every other replica has had time
-    /// to see this one's heartbeat lapse.
-    pub async fn cover_write(&self, settings: &ClusterSettings) {
+    /// to see this one's heartbeat lapse (and, unless this replica has been out of touch for
+    /// `member_timeout`, has not forgotten it yet).
+    pub async fn cover_write(&self, settings: &ClusterSettings) -> Cover {
         self.dirty.store(true, Ordering::Release);
         let needed = self.beats_started.load(Ordering::Acquire) + 1;
         let mut covered = self.covered.subscribe();
@@ -221,8 +248,15 @@ impl Health {
             at + timeout + MEMBER_LEASE + HEARTBEAT + timeout * 2 + SLACK
         });
         tokio::select! {
-            _ = covered.wait_for(|done| *done >= needed) => {}
-            _ = tokio::time::sleep_until(deadline) => {}
+            _ = covered.wait_for(|done| *done >= needed) => return Cover::Announced,
+            () = tokio::time::sleep_until(deadline) => {}
+        }
+        // The others forget this replica no sooner than `member_timeout` after its lease,
+        // which its last heartbeat Redis took renewed after it was sent: before that point the
+        // catalog has made the write, and the epoch move that comes with forgetting covers it.
+        match self.out_of_touch(settings.member_timeout) {
+            false => Cover::Distrusted,
+            true => Cover::Lost,
         }
     }
 
@@ -299,8 +333,10 @@ impl Health {
         }
         // The epoch move is ready in every beat: the script also makes it when the clock is
         // behind, which only Redis can tell.
-        let message = serde_json::to_string(&Message::new(replica, now_ms(), &Touched::Everything))
-            .unwrap_or_default();
+        let everything = |from: &str| {
+            serde_json::to_string(&Message::new(from, now_ms(), &Touched::Everything))
+                .unwrap_or_default()
+        };
         let mut invocation = script.key(names.members());
         invocation
             .key(names.epoch())
@@ -310,13 +346,15 @@ impl Health {
             .arg(millis(settings.member_timeout))
             .arg(if moves { "1" } else { "" })
             .arg(names.channel())
-            .arg(message)
+            .arg(everything(replica))
             .arg(names.beat_channel(replica))
             .arg(self.clock_seen.load(Ordering::Acquire))
             .arg(random_token().to_string())
             .arg(MAX_CLOCK)
             .arg(number)
-            .arg(self.due(sent, settings.redis_timeout));
+            .arg(self.due(sent, settings.redis_timeout))
+            // From no replica (names are 16 hex digits), so that every one applies it.
+            .arg(everything(""));
         let mut connection = connection.clone();
         metrics.cluster_redis("beat");
         let result = tokio::time::timeout(

@@ -37,6 +37,7 @@ use crate::catalog::writes::Touched;
 use crate::ops::metrics::Metrics;
 use announce::Message;
 use barrier::{Pending, Rounds};
+pub use health::Cover;
 use health::Health;
 use names::Names;
 use shared::Rejected;
@@ -239,8 +240,8 @@ impl Cluster {
     /// write's answer returns. When Redis cannot be told, the replica is dirty (its next
     /// heartbeat moves the epoch) and the answer waits until the write is covered: by that
     /// heartbeat, or by the time every other replica must have seen this one's heartbeat lapse
-    /// (they then ask the catalog until it is back).
-    pub async fn announce(&self, touched: &Touched) {
+    /// (they then ask the catalog until it is back, or until they forget it); says which.
+    pub async fn announce(&self, touched: &Touched) -> Cover {
         let mut pipe = redis::pipe();
         let mut replace = |key: String| {
             pipe.cmd("SET")
@@ -256,7 +257,7 @@ impl Cluster {
             }
             Touched::Namespace(namespace) => replace(self.names.namespace(namespace)),
             Touched::Everything => replace(self.names.epoch()),
-            Touched::Nothing => return,
+            Touched::Nothing => return Cover::Announced,
         }
         let message = serde_json::to_string(&Message::new(&self.replica, now_ms(), touched))
             .unwrap_or_default();
@@ -290,7 +291,7 @@ impl Cluster {
                 Ok(Ok((clock,))) => {
                     self.health.saw_clock(clock);
                     self.metrics.cluster_published.inc();
-                    return;
+                    return Cover::Announced;
                 }
                 Ok(Err(e)) => self
                     .health
@@ -301,7 +302,7 @@ impl Cluster {
             }
         }
         self.metrics.cluster_unannounced.inc();
-        self.health.cover_write(&self.settings).await;
+        self.health.cover_write(&self.settings).await
     }
 
     /// Whether a lookup must not trust what is held here: Redis is away, or another replica's

@@ -1,13 +1,16 @@
 //! Writes: passed to the catalog, and, when they may have happened (a 2xx, a 5xx, no answer at
 //! all), the tables they touch are invalidated before the answer reaches the client. A write
 //! the catalog refused (4xx) did not happen and invalidates nothing, so no client can empty
-//! the cache by sending writes it is not allowed to make.
+//! the cache by sending writes it is not allowed to make. A write the other replicas of a tier
+//! may never see (this replica was cut off from Redis for `cluster.member_timeout` by the time
+//! the catalog answered) is not reported as a success.
 
 use http::Request;
 use hyper::body::Incoming;
 
 use super::{answer_shape, origin_request, relay, Exchange};
 use crate::catalog::writes::{names_in_body, touched, Touched};
+use crate::cluster::Cover;
 use crate::error::ProxyError;
 use crate::policy::stage::OFFLOAD_BYTES;
 use crate::wire::body::{full, read_to_bytes, stream, Body};
@@ -51,18 +54,26 @@ pub async fn serve(
             Ok(response) => !response.status().is_client_error(),
             Err(_) => true,
         };
+        let mut cover = Cover::Announced;
         if may_have_happened {
             if let Some(cache) = &cache {
-                cache
+                (_, cover) = cache
                     .invalidate_everywhere(&touched, operation.as_str())
                     .await;
             }
         }
-        result
+        (result, cover)
     })
     .await
     .map_err(|_| ProxyError::Internal)?;
-    relay::relay(&exchange, exchanged?, shape).await
+    let (answer, cover) = exchanged;
+    let answer = answer?;
+    if cover == Cover::Lost && answer.status().is_success() {
+        // The catalog made the write, but the tier may never see it: a success would promise
+        // what the other replicas cannot keep.
+        return Err(ProxyError::WriteUnseen);
+    }
+    relay::relay(&exchange, answer, shape).await
 }
 
 /// What the body names, read off the async threads when it is large.
