@@ -274,6 +274,41 @@ async fn a_write_answered_after_the_member_timeout_while_cut_off_is_not_a_succes
     tier.wait_live().await;
 }
 
+/// Redis emptied (a flush, a restart without persistence) while a replica is cut off from it
+/// takes with it the heartbeats that showed the replica lapsing: the others still distrust the
+/// tier on its account, and what they load meanwhile is not trusted after its write.
+#[tokio::test]
+async fn redis_emptied_while_a_replica_is_cut_off_does_not_hide_its_writes() {
+    let catalog = standin(Shape::default()).await;
+    let mut redis = Redis::start().await;
+    let (gate, tier) = a_behind_a_gate(&catalog, &redis, &[]).await;
+    gate.freeze();
+    for emptied in ["a flush", "a restart"] {
+        match emptied {
+            "a flush" => redis.flushall(),
+            _ => redis.restart().await,
+        }
+        // B loads the table again after the loss, before A's write reaches the catalog.
+        for _ in 0..20 {
+            load(tier.url(1), "alice").await;
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let committed = commit(tier.url(0)).await;
+        for _ in 0..3 {
+            let seen = load(tier.url(1), "alice").await;
+            let phase = x_cache(&seen);
+            let version =
+                support::standin::version_of(&seen.json::<Value>().await.unwrap()).unwrap();
+            assert!(
+                version >= committed,
+                "B served {version} (committed {committed}), x-cache {phase}, after {emptied}"
+            );
+        }
+    }
+    gate.thaw();
+    tier.wait_live().await;
+}
+
 #[tokio::test]
 async fn a_replica_whose_subscription_goes_silent_stops_trusting_its_memory() {
     let catalog = standin(Shape::default()).await;

@@ -22,6 +22,7 @@ use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
 
 use super::announce::Message;
+use super::members::Members;
 use super::names::Names;
 use super::settings::ClusterSettings;
 use super::{now_ms, random_token};
@@ -47,16 +48,18 @@ const WARN_EVERY: Duration = Duration::from_secs(30);
 /// clock; when it is behind what this replica saw (Redis lost writes) or unreadable, set it
 /// past that and count it; move the epoch first when dirty or behind, and announce it; then
 /// renew this replica's lease, prove the subscription on its own channel, and count (and
-/// forget) the replicas whose leases lapsed. Forgetting one moves the epoch, announced as from
-/// the tier (every replica, this one too, drops what it holds): the forgotten one may have
-/// answered writes nobody heard of, and from now on nobody distrusts the tier on its account.
+/// forget) the replicas whose leases lapsed, listing the others with what is left of their
+/// leases. Forgetting one (or, when asked, an orphan: see `members`) moves the epoch, announced
+/// as from the tier (every replica, this one too, drops what it holds): the forgotten one may
+/// have answered writes nobody heard of, and from now on nobody distrusts the tier on its
+/// account.
 /// A command Redis refuses stops the script before
 /// the lease is renewed: a replica that cannot move the epoch cannot look live.
 const BEAT: &str = r"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 if ARGV[12] ~= '' and now > tonumber(ARGV[12]) then
-  return {-1, 0, 0, 0, -1, now}
+  return {-1, 0, 0, 0, -1, now, {}}
 end
 local seen = tonumber(ARGV[8])
 local clock = redis.pcall('INCR', KEYS[3])
@@ -78,24 +81,29 @@ redis.call('PUBLISH', ARGV[7], ARGV[11])
 local lapsed = 0
 local forgot = 0
 local left = -1
+local others = {}
 local members = redis.call('HGETALL', KEYS[1])
 for i = 1, #members, 2 do
   local live_until = tonumber(members[i + 1])
   if live_until == nil or live_until <= now - tonumber(ARGV[3]) then
     redis.call('HDEL', KEYS[1], members[i])
     forgot = forgot + 1
-  elseif live_until <= now then
-    lapsed = lapsed + 1
-  elseif members[i] ~= ARGV[1] and (left < 0 or live_until - now < left) then
-    left = live_until - now
+  elseif members[i] ~= ARGV[1] then
+    table.insert(others, members[i])
+    table.insert(others, live_until - now)
+    if live_until <= now then
+      lapsed = lapsed + 1
+    elseif left < 0 or live_until - now < left then
+      left = live_until - now
+    end
   end
 end
-if forgot > 0 then
+if forgot > 0 or ARGV[14] == '1' then
   redis.call('SET', KEYS[2], ARGV[9])
   redis.call('PUBLISH', ARGV[5], ARGV[13])
   moved = 1
 end
-return {lapsed, clock, moved, behind, left, now}
+return {lapsed, clock, moved, behind, left, now, others}
 ";
 
 /// How the other replicas learn of a write this replica answered.
@@ -117,6 +125,8 @@ pub struct Health {
     dirty: AtomicBool,
     /// Another replica's heartbeat lapsed.
     suspect: AtomicBool,
+    /// The others as last seen, and those Redis lost track of.
+    members: Members,
     /// Until when the others' heartbeats, as last read, hold them live (microseconds after
     /// `born`; `NO_OTHERS` when none is): past it, without a newer heartbeat of this
     /// replica's (a slow Redis, a starved process), the tier is not trusted. An atomic: every
@@ -151,6 +161,7 @@ impl Health {
             degraded: AtomicBool::new(true),
             dirty: AtomicBool::new(false),
             suspect: AtomicBool::new(false),
+            members: Members::new(),
             others_live_until: AtomicU64::new(NO_OTHERS),
             born: Instant::now(),
             clock_seen: AtomicU64::new(0),
@@ -184,7 +195,7 @@ impl Health {
 
     /// Another replica's heartbeat lapsed, or may have since this replica last looked.
     pub fn is_suspect(&self) -> bool {
-        if self.suspect.load(Ordering::Acquire) {
+        if self.suspect.load(Ordering::Acquire) || self.members.any_orphan() {
             return true;
         }
         let until = self.others_live_until.load(Ordering::Acquire);
@@ -328,6 +339,7 @@ impl Health {
         // degraded were never announced.
         let moves = dirty || (self.is_degraded() && self.has_joined());
         let sent = Instant::now();
+        let forget = self.members.forget_due(sent);
         if let Ok(mut last) = self.last_sent.lock() {
             *last = Some(sent);
         }
@@ -354,12 +366,13 @@ impl Health {
             .arg(number)
             .arg(self.due(sent, settings.redis_timeout))
             // From no replica (names are 16 hex digits), so that every one applies it.
-            .arg(everything(""));
+            .arg(everything(""))
+            .arg(if forget { "1" } else { "" });
         let mut connection = connection.clone();
         metrics.cluster_redis("beat");
         let result = tokio::time::timeout(
             settings.redis_timeout,
-            invocation.invoke_async::<(i64, u64, i64, i64, i64, i64)>(&mut connection),
+            invocation.invoke_async::<Beaten>(&mut connection),
         )
         .await;
         let answer = match result {
@@ -380,7 +393,7 @@ impl Health {
             Err(_) => Err("heartbeat timed out".to_owned()),
         };
         match answer {
-            Ok((lapsed, clock, moved, behind, left, _)) => {
+            Ok((lapsed, clock, moved, behind, left, _, others)) => {
                 // Counted from when the request was sent: Redis read its clock after that.
                 let until = u64::try_from(left).map_or(NO_OTHERS, |ms| {
                     micros(sent.duration_since(self.born) + Duration::from_millis(ms))
@@ -400,6 +413,9 @@ impl Health {
                 if let Ok(mut landed) = self.last_landed.lock() {
                     *landed = Some((number, Instant::now()));
                 }
+                let lost = behind == 1;
+                let timeout = settings.member_timeout;
+                self.members.heard(sent, others, lost, forget, timeout);
                 self.suspect.store(lapsed > 0, Ordering::Release);
                 metrics.cluster_lapsed.set(lapsed);
                 if moves {
@@ -440,6 +456,10 @@ impl Health {
         })
     }
 }
+
+/// What a heartbeat answers: lapsed (-1: it came after it was due), clock, moved, behind,
+/// left, Redis's time, and the others with what is left of their leases.
+type Beaten = (i64, u64, i64, i64, i64, i64, Vec<(String, i64)>);
 
 /// `others_live_until` when no other replica is live.
 const NO_OTHERS: u64 = u64::MAX;

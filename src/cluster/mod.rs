@@ -15,6 +15,7 @@
 mod announce;
 mod barrier;
 mod health;
+mod members;
 mod names;
 pub mod settings;
 mod shared;
