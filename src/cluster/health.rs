@@ -415,9 +415,11 @@ impl Health {
                 }
                 let lost = behind == 1;
                 let timeout = settings.member_timeout;
-                self.members.heard(sent, others, lost, forget, timeout);
+                let orphans = self.members.heard(sent, others, lost, forget, timeout);
                 self.suspect.store(lapsed > 0, Ordering::Release);
-                metrics.cluster_lapsed.set(lapsed);
+                // Orphans are lapsed as far as trust goes: an operator sees why loads revalidate.
+                let orphans = i64::try_from(orphans).unwrap_or(i64::MAX);
+                metrics.cluster_lapsed.set(lapsed.saturating_add(orphans));
                 if moves {
                     self.covered.send_modify(|done| *done = (*done).max(number));
                 }

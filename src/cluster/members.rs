@@ -51,7 +51,8 @@ impl Members {
 
     /// What a heartbeat sent at `sent` found: the other replicas it listed, with the
     /// milliseconds left of their leases (below zero when lapsed); `lost`, whether Redis had
-    /// lost writes; `forgot`, whether it moved the epoch for the orphans due by `sent`.
+    /// lost writes; `forgot`, whether it moved the epoch for the orphans due by `sent`. Returns
+    /// how many orphans there are now.
     pub fn heard(
         &self,
         sent: Instant,
@@ -59,9 +60,9 @@ impl Members {
         lost: bool,
         forgot: bool,
         member_timeout: Duration,
-    ) {
+    ) -> usize {
         let Ok(mut inner) = self.inner.lock() else {
-            return;
+            return 0;
         };
         let listed: HashMap<String, Instant> = others
             .into_iter()
@@ -86,7 +87,9 @@ impl Members {
         }
         self.any_orphan
             .store(!orphans.is_empty(), Ordering::Release);
+        let count = orphans.len();
         *seen = listed;
+        count
     }
 }
 
