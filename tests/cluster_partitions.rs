@@ -36,6 +36,14 @@ async fn lapsed_on(tier: &Tier, replica: usize) -> f64 {
     )
 }
 
+/// What a load through `url` served: its `x-cache` and the table's version.
+async fn served(url: &str) -> (String, u64) {
+    let seen = load(url, "alice").await;
+    let phase = x_cache(&seen).to_owned();
+    let version = support::standin::version_of(&seen.json::<Value>().await.unwrap()).unwrap();
+    (phase, version)
+}
+
 /// A replica cut off from Redis alone answers a write; by the time the answer returns, the
 /// others no longer trust what they hold.
 async fn a_write_through_a_replica_cut_off_alone_is_seen(consistency: &str) {
@@ -47,9 +55,7 @@ async fn a_write_through_a_replica_cut_off_alone_is_seen(consistency: &str) {
         gate.freeze();
         let committed = commit(tier.url(0)).await;
         let answered = Instant::now();
-        let seen = load(tier.url(1), "alice").await;
-        let phase = x_cache(&seen);
-        let version = support::standin::version_of(&seen.json::<Value>().await.unwrap()).unwrap();
+        let (phase, version) = served(tier.url(1)).await;
         assert_ne!(
             phase,
             "HIT",
@@ -165,9 +171,7 @@ async fn a_heartbeat_delivered_late_does_not_make_a_cut_off_replica_look_live() 
     gate.let_commands_through();
     tokio::time::sleep(Duration::from_millis(400)).await;
     let committed = commit(tier.url(0)).await;
-    let seen = load(tier.url(1), "alice").await;
-    let phase = x_cache(&seen);
-    let version = support::standin::version_of(&seen.json::<Value>().await.unwrap()).unwrap();
+    let (phase, version) = served(tier.url(1)).await;
     let lapsed = lapsed_on(&tier, 1).await;
     assert_ne!(
         phase, "HIT",
@@ -207,10 +211,7 @@ async fn under_bounded_a_replica_cut_off_alone_cannot_hide_a_write_behind_a_shar
     let committed = commit(tier.url(0)).await;
     for round in 0..5 {
         for replica in [2, 1] {
-            let seen = load(tier.url(replica), "alice").await;
-            let phase = x_cache(&seen);
-            let version =
-                support::standin::version_of(&seen.json::<Value>().await.unwrap()).unwrap();
+            let (phase, version) = served(tier.url(replica)).await;
             assert!(
                 version >= committed,
                 "round {round}: replica {replica} served {version} (committed {committed}), \
@@ -241,9 +242,7 @@ async fn a_write_through_a_replica_cut_off_is_seen_after_the_others_forget_it() 
     }
     assert!(forgotten, "B never forgot A");
     for _ in 0..3 {
-        let seen = load(tier.url(1), "alice").await;
-        let phase = x_cache(&seen);
-        let version = support::standin::version_of(&seen.json::<Value>().await.unwrap()).unwrap();
+        let (phase, version) = served(tier.url(1)).await;
         assert!(
             version >= committed,
             "B served {version} (committed {committed}), x-cache {phase}, after forgetting A"
@@ -299,10 +298,7 @@ async fn redis_emptied_while_a_replica_is_cut_off_does_not_hide_its_writes() {
         );
         let committed = commit(tier.url(0)).await;
         for _ in 0..3 {
-            let seen = load(tier.url(1), "alice").await;
-            let phase = x_cache(&seen);
-            let version =
-                support::standin::version_of(&seen.json::<Value>().await.unwrap()).unwrap();
+            let (phase, version) = served(tier.url(1)).await;
             assert!(
                 version >= committed,
                 "B served {version} (committed {committed}), x-cache {phase}, after {emptied}"
@@ -353,9 +349,8 @@ async fn a_replica_that_no_longer_hears_redis_while_redis_still_hears_it_cannot_
     // Commits faster than heartbeats: none may be hidden between A's answer and the next.
     for trial in 0..40 {
         let committed = commit(tier.url(0)).await;
-        let seen = load(tier.url(1), "alice").await;
-        let hit = x_cache(&seen) == "HIT";
-        let version = support::standin::version_of(&seen.json::<Value>().await.unwrap()).unwrap();
+        let (phase, version) = served(tier.url(1)).await;
+        let hit = phase == "HIT";
         assert!(
             version >= committed,
             "trial {trial}: B served {version} < {committed} (hit: {hit})"

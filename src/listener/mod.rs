@@ -1,6 +1,6 @@
 //! Where requests come in: the accept loop with its protocol detection, limits and drain
-//! (`server`), when a connection is idle (`activity`), TLS on both sides with certificate reload (`tls`), and writing `ETag` in that
-//! case on HTTP/1.1 (`header_case`).
+//! (`server`), when a connection is idle (`activity`), TLS on both sides with certificate
+//! reload (`tls`), and writing `ETag` in that case on HTTP/1.1 (`header_case`).
 
 mod activity;
 pub mod header_case;
