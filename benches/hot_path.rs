@@ -1,6 +1,7 @@
 //! Micro-benchmarks of the work on a cache hit: classifying the path, deriving the key,
 //! matching `If-None-Match`; and of the work done once per fill: hashing a body into an ETag,
-//! stripping vended credentials.
+//! stripping vended credentials (one walk over the whole body) and, under passthrough, looking
+//! for a secret's name anywhere in it.
 //!
 //! cargo bench --bench hot_path
 
@@ -8,7 +9,7 @@ use criterion::{black_box, criterion_group, criterion_main, Criterion, Throughpu
 use http::{HeaderMap, HeaderValue, Method};
 use icecache::cache::CacheKey;
 use icecache::catalog::route::classify;
-use icecache::policy::credentials::{strip, Layout};
+use icecache::policy::credentials::{inspect, strip, Layout};
 use icecache::policy::identity::{identity_headers, IdentityHasher};
 use icecache::policy::KeyPatterns;
 use icecache::wire::etag::{if_none_match_matches, strong_etag};
@@ -98,7 +99,28 @@ fn credentials(c: &mut Criterion) {
         let body = vended_body(size);
         group.throughput(Throughput::Bytes(body.len() as u64));
         group.bench_function(format!("{} KiB", size >> 10), |b| {
-            b.iter(|| strip(black_box(&body), &patterns, Layout::ConfigFirst).expect("strips"))
+            b.iter(|| strip(black_box(&body), &patterns, Layout::ConfigFirst, &[]).expect("strips"))
+        });
+    }
+    group.finish();
+    // The walk alone, over the whole body: nothing to find, then the strip keys to look for.
+    let mut group = c.benchmark_group("json walk of a 20 MiB LoadTableResult");
+    let body = vended_body(20 << 20);
+    group.throughput(Throughput::Bytes(body.len() as u64));
+    group.bench_function("no name wanted", |b| {
+        b.iter(|| icecache::wire::json_walk::count_named(black_box(&body), |_| false))
+    });
+    group.bench_function("the strip keys", |b| {
+        b.iter(|| icecache::wire::json_walk::count_named(black_box(&body), |k| patterns.matches(k)))
+    });
+    group.finish();
+    // Under passthrough: what the body vends, and whether a secret's name is anywhere in it.
+    let mut group = c.benchmark_group("credential inspection of a LoadTableResult");
+    for size in [50 << 10, 20 << 20] {
+        let body = vended_body(size);
+        group.throughput(Throughput::Bytes(body.len() as u64));
+        group.bench_function(format!("{} KiB", size >> 10), |b| {
+            b.iter(|| inspect(black_box(&body), &patterns).expect("reads"))
         });
     }
     group.finish();

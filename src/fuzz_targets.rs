@@ -12,6 +12,7 @@ use crate::policy::credentials::{self, Layout};
 use crate::policy::identity::Scope;
 use crate::policy::KeyPatterns;
 use crate::wire::etag::{if_none_match_matches, strong_etag};
+use crate::wire::json_walk::{count_named, without_named};
 
 /// The route classifier and namespace decoder on an arbitrary path.
 pub fn route(data: &[u8]) {
@@ -63,10 +64,19 @@ pub fn key(data: &[u8]) {
     );
 }
 
-/// The credential stripper: never panics; what it returns is JSON without a secret key.
+/// The credential stripper: never panics; what it returns is JSON without a secret's name
+/// anywhere, and a text the walk reads whole is read the same by serde_json.
 pub fn strip(data: &[u8]) {
-    let _ = credentials::inspect(data);
     let patterns = KeyPatterns::default();
+    let _ = credentials::inspect(data, &patterns);
+    if let Ok(walked) = without_named(data, |key| patterns.matches(key)) {
+        let left = count_named(&walked.text, |key| patterns.matches(key));
+        assert_eq!(left, Ok(0), "the walk left a secret's name");
+        if walked.removed > 0 {
+            serde_json::from_slice::<serde::de::IgnoredAny>(&walked.text)
+                .expect("the walk writes JSON");
+        }
+    }
     for layout in [Layout::ConfigFirst, Layout::AsIs] {
         strip_with(data, &patterns, layout);
     }
@@ -83,7 +93,7 @@ pub fn strip(data: &[u8]) {
 }
 
 fn strip_with(data: &[u8], patterns: &KeyPatterns, layout: Layout) {
-    let Ok(stripped) = credentials::strip(data, patterns, layout) else {
+    let Ok(stripped) = credentials::strip(data, patterns, layout, &[]) else {
         return;
     };
     let value: serde_json::Value =
@@ -92,11 +102,10 @@ fn strip_with(data: &[u8], patterns: &KeyPatterns, layout: Layout) {
     if layout == Layout::ConfigFirst {
         assert!(config.is_object(), "strip writes a config object first");
     }
-    assert!(
-        config
-            .as_object()
-            .is_none_or(|c| c.keys().all(|k| !patterns.matches(k))),
-        "a secret survived in config"
+    assert_eq!(
+        count_named(&stripped.body, |key| patterns.matches(key)),
+        Ok(0),
+        "a secret survived"
     );
     for credential in value["storage-credentials"]
         .as_array()

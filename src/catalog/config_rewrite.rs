@@ -6,6 +6,7 @@
 //! returned so that the route decoder can use it. Under `strip` and `inject` every member named
 //! like a secret is removed, at any depth (a config has no place one belongs).
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
@@ -13,6 +14,7 @@ use bytes::Bytes;
 use serde_json::Value;
 
 use crate::wire::json::fold;
+use crate::wire::json_walk::{without_named, Walked};
 
 /// The outcome of reading a config response.
 #[derive(Debug, PartialEq)]
@@ -30,12 +32,16 @@ pub fn read(
     public_url: &str,
     secrets: Option<&crate::policy::KeyPatterns>,
 ) -> Option<ConfigAnswer> {
-    let mut config: Value = serde_json::from_slice(body).ok()?;
-    let mut changed = false;
-    if let Some(secrets) = secrets {
-        // Anywhere in it, the top level included: a config has no place a secret belongs.
-        changed |= crate::policy::credentials::scrub(&mut config, secrets) > 0;
-    }
+    // Anywhere in it, the top level included: a config has no place a secret belongs.
+    let walked = match secrets {
+        Some(secrets) => without_named(body, |key| secrets.matches(key)).ok()?,
+        None => Walked {
+            text: Cow::Borrowed(body),
+            removed: 0,
+        },
+    };
+    let mut config: Value = serde_json::from_slice(&walked.text).ok()?;
+    let mut changed = walked.removed > 0;
     let object = config.as_object_mut()?;
     // `overrides` win over `defaults`, as they do for clients, in whichever order they come.
     let (mut from_defaults, mut from_overrides) = (None, None);

@@ -235,6 +235,15 @@ impl TryFrom<RawSettings> for Settings {
             Some(keys) => KeyPatterns::new(keys.iter().map(|k| k.trim()).filter(|k| !k.is_empty())),
             None => KeyPatterns::default(),
         });
+        for pattern in strip.structural() {
+            p.add(
+                "strip_keys",
+                format!(
+                    "{pattern:?} would remove `config`, `storage-credentials` or `prefix`, which \
+                     hold an answer's shape (what is inside them is stripped anyway)"
+                ),
+            );
+        }
         let base = PolicySettings {
             identity: raw.identity,
             credentials: raw.credentials,

@@ -3,6 +3,7 @@
 //! never served (nor confirmed with a local 304) past the earliest expiry among them, minus a
 //! safety margin.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::LazyLock;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -12,7 +13,8 @@ use serde_json::value::RawValue;
 use serde_json::Value;
 
 use super::KeyPatterns;
-use crate::wire::json::{fold, Members};
+use crate::wire::json::Members;
+use crate::wire::json_walk::{count_named, without_named, WalkError};
 
 /// The built-in credential keys: a body holding any of them vends credentials.
 static CREDENTIAL_KEYS: LazyLock<KeyPatterns> = LazyLock::new(KeyPatterns::default);
@@ -134,19 +136,29 @@ impl Vended {
     }
 }
 
-/// Reads the credential fields of a LoadTableResult; an error means the body is not a
-/// LoadTableResult (or not JSON) and must not be cached.
-pub fn inspect(body: &[u8]) -> Result<Vended, serde_json::Error> {
+/// Why a body could not be read for what it vends.
+#[derive(Debug, thiserror::Error)]
+pub enum Unreadable {
+    #[error(transparent)]
+    Json(#[from] serde_json::Error),
+    #[error(transparent)]
+    Walk(#[from] WalkError),
+}
+
+/// Reads the credential fields of a LoadTableResult, and looks for a secret's name anywhere
+/// else in it (`secret` besides the built-in keys); an error means the body is not a
+/// LoadTableResult, or not JSON the walker reads whole, and must not be cached.
+pub fn inspect(body: &[u8], secret: &KeyPatterns) -> Result<Vended, Unreadable> {
     let members = Members::parse(body)?;
     let sections = sections(&members)?;
     let mut vended = vended_by(
         std::iter::once(&sections.config).chain(sections.storage.iter().flatten().map(|(_, c)| c)),
     );
-    // A secret's name beside them, where no Iceberg answer puts one, counts as vended too.
-    vended.has_secrets |= members
-        .others(&[CONFIG, STORAGE_CREDENTIALS])
-        .iter()
-        .any(|(key, _)| CREDENTIAL_KEYS.matches(key));
+    // A secret's name anywhere else, where no Iceberg answer puts one, counts as vended too.
+    let named = count_named(body, |key| {
+        CREDENTIAL_KEYS.matches(key) || secret.matches(key)
+    })?;
+    vended.has_secrets |= named > 0;
     Ok(vended)
 }
 
@@ -202,37 +214,31 @@ pub struct Stripped {
 /// Where injected members go in a `Layout::ConfigFirst` body: right after `{"config":{`.
 pub const SPLICE_AT: usize = br#"{"config":{"#.len();
 
-/// Removes every key that `secret` matches from `config` and from each
-/// `storage-credentials[].config` (in whatever case those members are spelled; they are
-/// written back once, canonically), and drops storage credentials left empty. The other members
-/// (the metadata above all) are copied through unparsed; a repeated member keeps its last
-/// value, the only one written out. Not a JSON object: an error.
+/// Removes every member `secret` matches, at any depth (`config`, each
+/// `storage-credentials[].config`, the metadata, wherever), then writes `config` and
+/// `storage-credentials` back once, canonically (in whatever case they were spelled), and drops
+/// storage credentials left without config. The other members (the metadata above all) are
+/// copied as they were written, less what was removed; a repeated member keeps its last value,
+/// the only one written out. The `replaced` keys leave `config` too (the injected properties
+/// take their place: a client must not read the catalog's after them). Not a JSON object the
+/// walker reads whole: an error.
 pub fn strip(
     body: &[u8],
     secret: &KeyPatterns,
     layout: Layout,
-) -> Result<Stripped, serde_json::Error> {
-    let members = Members::parse(body)?;
+    replaced: &[String],
+) -> Result<Stripped, Unreadable> {
+    let (members, removed) = walk_members(body, secret)?;
     let Sections {
         mut config,
         had_config,
         storage,
     } = sections(&members)?;
-    let remove_secrets = |map: &mut HashMap<String, Value>| -> usize {
-        let before = map.len();
-        map.retain(|key, _| !secret.matches(key));
-        let nested: usize = map.values_mut().map(|value| scrub(value, secret)).sum();
-        before - map.len() + nested
-    };
-    let mut removed = remove_secrets(&mut config);
+    config.retain(|key, _| !replaced.iter().any(|r| r.eq_ignore_ascii_case(key)));
     let had_storage = storage.is_some();
     let mut kept = Vec::new();
     let mut storage_configs = Vec::new();
-    for (mut credential, mut entry_config) in storage.into_iter().flatten() {
-        removed += remove_secrets(&mut entry_config);
-        for value in credential.values_mut() {
-            removed += scrub(value, secret);
-        }
+    for (mut credential, entry_config) in storage.into_iter().flatten() {
         if !entry_config.is_empty() {
             storage_configs.push(entry_config.clone());
             let sorted: serde_json::Map<String, Value> = entry_config.into_iter().collect();
@@ -268,21 +274,8 @@ pub fn strip(
         serde_json::to_writer(&mut out, &kept)?;
     }
     for (key, raw) in members.others(&[CONFIG, STORAGE_CREDENTIALS]) {
-        // A secret's name at the top level goes too, whatever the answer is: nothing an
-        // Iceberg answer holds there is named like one.
-        if secret.matches(key) {
-            removed += 1;
-            continue;
-        }
         member(&mut out, key)?;
-        if layout == Layout::AsIs {
-            // Not a LoadTableResult: nothing in it is table metadata to keep unread.
-            let mut value: Value = serde_json::from_str(raw.get())?;
-            removed += scrub(&mut value, secret);
-            serde_json::to_writer(&mut out, &value)?;
-        } else {
-            out.extend_from_slice(raw.get().as_bytes());
-        }
+        out.extend_from_slice(raw.get().as_bytes());
     }
     out.push(b'}');
     Ok(Stripped {
@@ -293,46 +286,61 @@ pub fn strip(
     })
 }
 
-/// Removes every member `secret` matches from every object inside `value`, at any depth, and
-/// the storage credentials left without config; returns how many members went.
-pub fn scrub(value: &mut Value, secret: &KeyPatterns) -> usize {
-    match value {
-        Value::Object(map) => {
-            let before = map.len();
-            map.retain(|key, _| !secret.matches(key));
-            let mut removed = before - map.len();
-            for (key, inner) in map.iter_mut() {
-                removed += scrub(inner, secret);
-                if fold(key) == STORAGE_CREDENTIALS {
-                    if let Value::Array(list) = inner {
-                        list.retain(|credential| !left_without_config(credential));
-                    }
-                }
-            }
-            removed
+/// The members of a JSON object, each less what `secret` names at any depth, and those it
+/// names at the top level gone; with how many members went. Walked member by member, so that
+/// only a value that loses something is written again (the metadata seldom does).
+fn walk_members(body: &[u8], secret: &KeyPatterns) -> Result<(Members, usize), Unreadable> {
+    let named = |key: &str| secret.matches(key);
+    let mut removed = 0;
+    let mut kept = Vec::new();
+    for (key, raw) in Members::parse(body)?.0 {
+        if named(&key) {
+            // Still read whole: a text the walk refuses is refused wherever it sits.
+            count_named(raw.get().as_bytes(), named)?;
+            removed += 1;
+            continue;
         }
-        Value::Array(items) => items.iter_mut().map(|item| scrub(item, secret)).sum(),
-        _ => 0,
+        let walked = without_named(raw.get().as_bytes(), named)?;
+        removed += walked.removed;
+        let raw = match walked.text {
+            Cow::Borrowed(_) => raw,
+            Cow::Owned(text) => {
+                RawValue::from_string(String::from_utf8(text).map_err(|_| WalkError::Invalid {
+                    at: 0,
+                    what: "a string is not UTF-8",
+                })?)?
+            }
+        };
+        kept.push((key, raw));
     }
+    Ok((Members(kept), removed))
 }
 
-/// Whether a storage credential had a `config` and none of it is left.
-fn left_without_config(credential: &Value) -> bool {
-    let Some(fields) = credential.as_object() else {
-        return false;
+/// The prefixes of the storage credentials a body vends, read as loosely as `strip` reads them
+/// (`storage-credentials` and `prefix` in any case); not secrets.
+pub fn vended_prefixes(body: &[u8]) -> Vec<String> {
+    let Ok(members) = Members::parse(body) else {
+        return Vec::new();
     };
-    let mut configs = fields
-        .iter()
-        .filter(|(key, _)| fold(key) == CONFIG)
-        .map(|(_, v)| v);
-    let mut any = false;
-    for config in &mut configs {
-        any = true;
-        if config.as_object().is_none_or(|c| !c.is_empty()) {
-            return false;
+    let mut prefixes = Vec::new();
+    for raw in members.named(STORAGE_CREDENTIALS) {
+        let Ok(Some(list)) = serde_json::from_str::<Option<Vec<Box<RawValue>>>>(raw.get()) else {
+            continue;
+        };
+        for credential in list {
+            let Ok(fields) = Members::parse(credential.get().as_bytes()) else {
+                continue;
+            };
+            if let Some(prefix) = fields
+                .named("prefix")
+                .filter_map(|p| serde_json::from_str::<String>(p.get()).ok())
+                .last()
+            {
+                prefixes.push(prefix);
+            }
         }
     }
-    any
+    prefixes
 }
 
 /// The three pieces of a served body with injected properties: the stripped body around the
@@ -357,16 +365,21 @@ pub fn spliced(body: &Bytes, fragment: &Bytes, config_empty: bool) -> [Bytes; 3]
 mod tests {
     use super::*;
 
+    fn inspect_default(body: &[u8]) -> Result<Vended, Unreadable> {
+        inspect(body, &KeyPatterns::default())
+    }
+
     #[test]
     fn a_body_without_credentials_vends_nothing() {
-        let v = inspect(br#"{"metadata":{"a":1},"config":{"s3.endpoint":"http://x"}}"#).unwrap();
+        let v = inspect_default(br#"{"metadata":{"a":1},"config":{"s3.endpoint":"http://x"}}"#)
+            .unwrap();
         assert_eq!(v, Vended::default());
         assert_eq!(v.servable_for(Duration::from_secs(5)), None);
     }
 
     #[test]
     fn the_earliest_expiry_across_config_and_storage_credentials_wins() {
-        let v = inspect(
+        let v = inspect_default(
             br#"{"metadata":{},"config":{"s3.access-key-id":"A","s3.session-token-expires-at-ms":"9000"},
                 "storage-credentials":[{"prefix":"s3://b","config":{"adls.sas-token-expires-at-ms.acct":"5000"}}]}"#,
         )
@@ -377,16 +390,19 @@ mod tests {
 
     #[test]
     fn an_expired_credential_is_servable_for_no_time() {
-        let v =
-            inspect(br#"{"metadata":{},"config":{"token":"t","gcs.oauth2.token-expires-at":"1"}}"#)
-                .unwrap();
+        let v = inspect_default(
+            br#"{"metadata":{},"config":{"token":"t","gcs.oauth2.token-expires-at":"1"}}"#,
+        )
+        .unwrap();
         assert_eq!(v.servable_for(Duration::from_secs(5)), Some(Duration::ZERO));
     }
 
     #[test]
     fn an_unparsable_expiry_counts_as_expired() {
-        let v = inspect(br#"{"metadata":{},"config":{"s3.session-token-expires-at-ms":"soon"}}"#)
-            .unwrap();
+        let v = inspect_default(
+            br#"{"metadata":{},"config":{"s3.session-token-expires-at-ms":"soon"}}"#,
+        )
+        .unwrap();
         assert_eq!(v.earliest_expiry_ms, Some(0));
     }
 
@@ -414,7 +430,8 @@ mod tests {
 
     #[test]
     fn a_secret_without_expiry_is_capped() {
-        let v = inspect(br#"{"metadata":{},"config":{"s3.secret-access-key":"S"}}"#).unwrap();
+        let v =
+            inspect_default(br#"{"metadata":{},"config":{"s3.secret-access-key":"S"}}"#).unwrap();
         assert_eq!(
             v.servable_for(Duration::from_secs(5)),
             Some(Duration::from_secs(5))
@@ -429,7 +446,7 @@ mod tests {
 
     #[test]
     fn strip_removes_every_secret_and_keeps_the_rest() {
-        let stripped = strip(VENDED, &KeyPatterns::default(), Layout::ConfigFirst).unwrap();
+        let stripped = strip(VENDED, &KeyPatterns::default(), Layout::ConfigFirst, &[]).unwrap();
         let text = std::str::from_utf8(&stripped.body).unwrap();
         for secret in ["AK", "SK", "ST", "expires-at"] {
             assert!(!text.contains(secret), "{secret} left in {text}");
@@ -450,7 +467,7 @@ mod tests {
     fn a_secret_named_at_the_top_level_is_stripped_in_every_layout() {
         let body = br#"{"metadata":{},"s3.secret-access-key":"SK","S3.Session-Token":"ST","token":"T","config":{},"metadata-location":"m"}"#;
         for layout in [Layout::ConfigFirst, Layout::AsIs] {
-            let stripped = strip(body, &KeyPatterns::default(), layout).unwrap();
+            let stripped = strip(body, &KeyPatterns::default(), layout, &[]).unwrap();
             let text = std::str::from_utf8(&stripped.body).unwrap();
             for secret in ["SK", "ST", "\"T\""] {
                 assert!(
@@ -466,16 +483,16 @@ mod tests {
 
     #[test]
     fn a_secret_named_at_the_top_level_counts_as_vended() {
-        let v = inspect(br#"{"metadata":{},"config":{},"s3.session-token":"ST"}"#).unwrap();
+        let v = inspect_default(br#"{"metadata":{},"config":{},"s3.session-token":"ST"}"#).unwrap();
         assert!(v.has_secrets);
-        let v = inspect(br#"{"metadata":{},"config":{},"metadata-location":"m"}"#).unwrap();
+        let v = inspect_default(br#"{"metadata":{},"config":{},"metadata-location":"m"}"#).unwrap();
         assert!(!v.has_secrets);
     }
 
     #[test]
     fn storage_credentials_left_empty_disappear() {
         let body = br#"{"metadata":{},"storage-credentials":[{"prefix":"s3://b","config":{"token":"t"}}]}"#;
-        let stripped = strip(body, &KeyPatterns::default(), Layout::ConfigFirst).unwrap();
+        let stripped = strip(body, &KeyPatterns::default(), Layout::ConfigFirst, &[]).unwrap();
         assert_eq!(&stripped.body[..], br#"{"config":{},"metadata":{}}"#);
         assert!(stripped.config_empty);
     }
@@ -487,7 +504,7 @@ mod tests {
             &br#"{"metadata":{}}"#[..],
             br#"{"metadata":{},"config":{"a":"b"}}"#,
         ] {
-            let stripped = strip(body, &KeyPatterns::default(), Layout::ConfigFirst).unwrap();
+            let stripped = strip(body, &KeyPatterns::default(), Layout::ConfigFirst, &[]).unwrap();
             let parts = spliced(&stripped.body, &fragment, stripped.config_empty);
             let served = parts.concat();
             let value: Value = serde_json::from_slice(&served).unwrap();
@@ -502,39 +519,39 @@ mod tests {
     #[test]
     fn nulls_where_objects_belong_are_read_as_empty() {
         let body = br#"{"metadata":{},"config":null,"storage-credentials":null}"#;
-        let stripped = strip(body, &KeyPatterns::default(), Layout::ConfigFirst).unwrap();
+        let stripped = strip(body, &KeyPatterns::default(), Layout::ConfigFirst, &[]).unwrap();
         assert_eq!(&stripped.body[..], br#"{"config":{},"metadata":{}}"#);
         let body =
             br#"{"metadata":{},"config":{"s3.secret-access-key":"S"},"storage-credentials":null}"#;
-        let stripped = strip(body, &KeyPatterns::default(), Layout::ConfigFirst).unwrap();
+        let stripped = strip(body, &KeyPatterns::default(), Layout::ConfigFirst, &[]).unwrap();
         assert_eq!(stripped.removed, 1);
-        assert!(inspect(body).unwrap().has_secrets);
+        assert!(inspect_default(body).unwrap().has_secrets);
     }
 
     #[test]
     fn credentials_answers_keep_their_shape() {
         let body =
             br#"{"storage-credentials":[{"prefix":"s3://b","config":{"s3.access-key-id":"A"}}]}"#;
-        let stripped = strip(body, &KeyPatterns::default(), Layout::AsIs).unwrap();
+        let stripped = strip(body, &KeyPatterns::default(), Layout::AsIs, &[]).unwrap();
         assert_eq!(&stripped.body[..], br#"{"storage-credentials":[]}"#);
     }
 
     #[test]
     fn a_repeated_member_is_written_once_with_its_last_value() {
         let body = br#"{"config":{"s3.secret-access-key":"S"},"config":{"a":"b"},"metadata":{}}"#;
-        let stripped = strip(body, &KeyPatterns::default(), Layout::ConfigFirst).unwrap();
+        let stripped = strip(body, &KeyPatterns::default(), Layout::ConfigFirst, &[]).unwrap();
         assert_eq!(&stripped.body[..], br#"{"config":{"a":"b"},"metadata":{}}"#);
     }
 
     #[test]
     fn members_spelled_in_another_case_are_stripped_too() {
         let body = br#"{"metadata":{},"Config":{"s3.secret-access-key":"S","s3.endpoint":"e"},"STORAGE-CREDENTIALS":[{"prefix":"p","CONFIG":{"token":"t"}}]}"#;
-        let stripped = strip(body, &KeyPatterns::default(), Layout::ConfigFirst).unwrap();
+        let stripped = strip(body, &KeyPatterns::default(), Layout::ConfigFirst, &[]).unwrap();
         assert_eq!(
             &stripped.body[..],
             br#"{"config":{"s3.endpoint":"e"},"metadata":{}}"#
         );
-        let vended = inspect(body).unwrap();
+        let vended = inspect_default(body).unwrap();
         assert!(
             vended.has_secrets,
             "passthrough reads the variants as a Go client would"
@@ -542,21 +559,42 @@ mod tests {
     }
 
     #[test]
-    fn other_answers_are_scrubbed_at_any_depth() {
-        let body = br#"{"plan":{"storage-credentials":[{"prefix":"p","config":{"s3.access-key-id":"A"}}],"nested":{"x":{"token":"t","keep":"k"}}}}"#;
-        let stripped = strip(body, &KeyPatterns::default(), Layout::AsIs).unwrap();
-        assert_eq!(
-            &stripped.body[..],
-            br#"{"plan":{"nested":{"x":{"keep":"k"}},"storage-credentials":[]}}"#
-        );
-        assert_eq!(stripped.removed, 2);
+    fn secrets_go_from_every_member_at_any_depth_and_the_metadata_stays_as_written() {
+        let body = br#"{"metadata":{"format-version":2,"n":1.50,"properties":{"token":"T","keep":"k"},"schemas":[{"fields":[{"S3.Secret-Access-Key":"S","id":1}]}]},"config":{},"x":{"a":[{"b":{"c":{"s3.session-token":"ST"}}}]}}"#;
+        for layout in [Layout::ConfigFirst, Layout::AsIs] {
+            let stripped = strip(body, &KeyPatterns::default(), layout, &[]).unwrap();
+            assert_eq!(
+                &stripped.body[..],
+                &br#"{"config":{},"metadata":{"format-version":2,"n":1.50,"properties":{"keep":"k"},"schemas":[{"fields":[{"id":1}]}]},"x":{"a":[{"b":{"c":{}}}]}}"#[..],
+                "{layout:?}"
+            );
+            assert_eq!(stripped.removed, 3, "{layout:?}");
+        }
+    }
+
+    #[test]
+    fn a_secret_anywhere_counts_as_vended() {
+        let v = inspect_default(
+            br#"{"metadata":{"properties":{"a":[{"b":{"gcs.oauth2.token":"t"}}]}},"config":{}}"#,
+        )
+        .unwrap();
+        assert!(v.has_secrets);
+        let configured = KeyPatterns::new(["my.secret"]);
+        let v = inspect(br#"{"metadata":{"x":{"My.Secret":"t"}}}"#, &configured).unwrap();
+        assert!(v.has_secrets, "the configured strip keys count too");
+    }
+
+    #[test]
+    fn prefixes_are_read_in_every_spelling() {
+        let body = br#"{"Storage-Credentials":[{"PREFIX":"s3://a","config":{}},{"prefix":"s3://b"}],"storage-credentials":null}"#;
+        assert_eq!(vended_prefixes(body), ["s3://a", "s3://b"]);
     }
 
     #[test]
     fn non_json_is_an_error() {
-        assert!(inspect(b"<html>").is_err());
-        assert!(inspect(b"[1,2]").is_err());
-        assert!(strip(b"[1,2]", &KeyPatterns::default(), Layout::AsIs).is_err());
-        assert!(strip(b"<html>", &KeyPatterns::default(), Layout::AsIs).is_err());
+        assert!(inspect_default(b"<html>").is_err());
+        assert!(inspect_default(b"[1,2]").is_err());
+        assert!(strip(b"[1,2]", &KeyPatterns::default(), Layout::AsIs, &[]).is_err());
+        assert!(strip(b"<html>", &KeyPatterns::default(), Layout::AsIs, &[]).is_err());
     }
 }

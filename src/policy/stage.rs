@@ -1,16 +1,18 @@
 //! The policy stage: one function from (the catalog's answer, the policy in force, the shape
-//! the route's answer has) to the bytes a client may be given. Every LoadTableResult-shaped
-//! answer passes here before any client sees it, cached or not: loadTable, createTable,
-//! registerTable, loadCredentials, and, under `strip` and `inject`, the JSON answers of routes
-//! icecache does not know. Under `strip` and `inject` no vended secret leaves icecache, whatever
-//! the catalog did with the missing delegation header; an answer that cannot be checked (not
-//! JSON where a LoadTableResult belongs) is refused rather than passed on.
+//! the route's answer has) to the bytes a client may be given. Every answer that may carry
+//! credentials passes here before any client sees it, cached or not: loadTable, createTable,
+//! registerTable, loadCredentials, views, commits, errors, and the answers of routes icecache
+//! does not know. Under `strip` and `inject` one walk removes every member named like a secret,
+//! at any depth, whatever the route and whatever the catalog did with the missing delegation
+//! header; an answer the walk cannot read whole is refused rather than passed on. Under
+//! `passthrough` the same walk decides whether a table's body is free of credentials.
 
 use bytes::Bytes;
 use thiserror::Error;
 
-use super::credentials::{self, spliced, Layout, Vended};
+use super::credentials::{self, spliced, Layout, Unreadable, Vended};
 use super::{Credentials, KeyPatterns, Policy};
+use crate::wire::json_walk::without_named;
 
 /// What a route's successful answer is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,10 +41,11 @@ pub struct Processed {
 #[derive(Debug, Error)]
 pub enum Refusal {
     #[error(
-        "the catalog's answer is not a JSON object, so it cannot be checked for vended \
-         credentials and is not passed on"
+        "the catalog's answer is not JSON icecache can read whole (a JSON object where a \
+         table's answer belongs), so it cannot be checked for vended credentials and is not \
+         passed on"
     )]
-    NotJson(#[source] serde_json::Error),
+    NotJson(#[source] Unreadable),
     #[error(transparent)]
     Undecodable(#[from] crate::wire::encoding::DecodeError),
     #[error("the answer could not be processed: icecache is shutting down")]
@@ -56,7 +59,7 @@ pub const OFFLOAD_BYTES: usize = 256 << 10;
 pub fn process(shape: Shape, body: Bytes, policy: &Policy) -> Result<Processed, Refusal> {
     if policy.credentials == Credentials::Passthrough {
         let vended = match shape {
-            Shape::Table => credentials::inspect(&body).ok(),
+            Shape::Table => credentials::inspect(&body, &policy.strip).ok(),
             Shape::Credentials | Shape::Unknown => None,
         };
         return Ok(Processed {
@@ -68,36 +71,36 @@ pub fn process(shape: Shape, body: Bytes, policy: &Policy) -> Result<Processed, 
     }
     let layout = match shape {
         Shape::Table => Layout::ConfigFirst,
-        Shape::Credentials | Shape::Unknown => Layout::AsIs,
+        Shape::Credentials => Layout::AsIs,
+        Shape::Unknown => return scrub_other(body, &policy.strip),
     };
-    match credentials::strip(&body, &policy.strip, layout) {
-        Ok(mut stripped) => {
-            if let (Some(injection), Credentials::Inject, Shape::Credentials) =
-                (&policy.injection, policy.credentials, shape)
-            {
-                // A credential refresh gets the injected properties, for every prefix the
-                // catalog vended for (loadCredentials answers are never cached).
-                stripped.body =
-                    injection.as_storage_credentials(&stripped.body, &vended_prefixes(&body));
-            }
-            Ok(Processed {
-                // Exactly as long as it is: a cached body holds nothing beyond its bytes.
-                body: Bytes::from(stripped.body.to_vec().into_boxed_slice()),
-                vended: (shape == Shape::Table).then_some(stripped.vended),
-                config_empty: stripped.config_empty,
-                removed: stripped.removed,
-            })
-        }
-        Err(_) if shape == Shape::Unknown => scrub_other(body, &policy.strip),
-        Err(e) => Err(Refusal::NotJson(e)),
+    let replaced = match (&policy.injection, shape) {
+        (Some(injection), Shape::Table) => injection.keys(),
+        _ => &[],
+    };
+    let mut stripped =
+        credentials::strip(&body, &policy.strip, layout, replaced).map_err(Refusal::NotJson)?;
+    if let (Some(injection), Credentials::Inject, Shape::Credentials) =
+        (&policy.injection, policy.credentials, shape)
+    {
+        // A credential refresh gets the injected properties, for every prefix the catalog
+        // vended for (loadCredentials answers are never cached).
+        stripped.body =
+            injection.as_storage_credentials(&stripped.body, &credentials::vended_prefixes(&body));
     }
+    Ok(Processed {
+        // Exactly as long as it is: a cached body holds nothing beyond its bytes.
+        body: Bytes::from(stripped.body.to_vec().into_boxed_slice()),
+        vended: (shape == Shape::Table).then_some(stripped.vended),
+        config_empty: stripped.config_empty,
+        removed: stripped.removed,
+    })
 }
 
-/// An answer of no known shape that is not a JSON object icecache can read member by member:
-/// other JSON (an array, say) is scrubbed at any depth; bytes that look like JSON but that
-/// icecache's parser refuses (a lone surrogate escape, `1e400`, deep nesting) are refused,
-/// since a laxer client may read a secret in them; anything else (a text or HTML page) holds
-/// no member and passes.
+/// An answer of no known shape: any JSON loses every member named like a secret, at any
+/// depth; bytes that look like JSON but that the walk cannot read whole (a lone surrogate
+/// escape, a trailing comma, deep nesting) are refused, since a laxer client may read a secret
+/// in them; anything else (a text or HTML page) holds no member and passes.
 fn scrub_other(body: Bytes, secret: &KeyPatterns) -> Result<Processed, Refusal> {
     let processed = |body, removed| Processed {
         body,
@@ -105,16 +108,13 @@ fn scrub_other(body: Bytes, secret: &KeyPatterns) -> Result<Processed, Refusal> 
         config_empty: false,
         removed,
     };
-    match serde_json::from_slice::<serde_json::Value>(&body) {
-        Ok(mut value) => {
-            let removed = credentials::scrub(&mut value, secret);
-            if removed == 0 {
-                return Ok(processed(body, 0));
-            }
-            let bytes = serde_json::to_vec(&value).map_err(Refusal::NotJson)?;
-            Ok(processed(Bytes::from(bytes), removed))
-        }
-        Err(e) if looks_like_json(&body) => Err(Refusal::NotJson(e)),
+    match without_named(&body, |key| secret.matches(key)) {
+        Ok(walked) if walked.removed == 0 => Ok(processed(body, 0)),
+        Ok(walked) => Ok(processed(
+            Bytes::from(walked.text.into_owned()),
+            walked.removed,
+        )),
+        Err(e) if looks_like_json(&body) => Err(Refusal::NotJson(e.into())),
         Err(_) => Ok(processed(body, 0)),
     }
 }
@@ -125,19 +125,6 @@ fn looks_like_json(body: &[u8]) -> bool {
     body.iter()
         .find(|b| !b.is_ascii_whitespace())
         .is_some_and(|b| matches!(b, b'{' | b'['))
-}
-
-/// The prefixes of a LoadCredentialsResponse's storage credentials (not secrets).
-fn vended_prefixes(body: &[u8]) -> Vec<String> {
-    let Ok(value) = serde_json::from_slice::<serde_json::Value>(body) else {
-        return Vec::new();
-    };
-    value["storage-credentials"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|entry| entry["prefix"].as_str().map(str::to_owned))
-        .collect()
 }
 
 /// `process`, on a blocking thread when the body is large.
@@ -248,10 +235,20 @@ mod tests {
         .unwrap();
         assert_eq!(&array.body[..], br#"[{"keep":1},{"x":{}}]"#);
         assert_eq!(array.removed, 2);
+        let huge = process(
+            Shape::Unknown,
+            Bytes::from_static(br#"{"token":"T","x":1e400}"#),
+            &p,
+        )
+        .unwrap();
+        assert_eq!(
+            &huge.body[..],
+            br#"{"x":1e400}"#,
+            "a number is copied as written"
+        );
         let deep = format!("{}{}", "[".repeat(300), "]".repeat(300));
         for body in [
             r#"{"token":"T","x":"\ud800"}"#.to_owned(),
-            r#"{"token":"T","x":1e400}"#.to_owned(),
             "\u{feff} {\"token\":\"T\",\"x\":\"a\u{1}b\"}".to_owned(),
             deep,
         ] {
@@ -287,6 +284,24 @@ mod tests {
         assert_eq!(value["config"]["client.region"], "eu");
         let unknown = served_text(Shape::Unknown, &p);
         assert!(!unknown.contains("client.region"));
+    }
+
+    #[test]
+    fn an_injected_property_replaces_the_catalogs_own_of_that_name() {
+        let p = policy(Credentials::Inject);
+        let body = br#"{"metadata":{},"config":{"CLIENT.REGION":"us","s3.endpoint":"e"}}"#;
+        let out = process(Shape::Table, Bytes::from_static(body), &p).unwrap();
+        let served =
+            String::from_utf8(served(&out.body, out.config_empty, Shape::Table, &p).concat())
+                .unwrap();
+        assert_eq!(
+            served.to_ascii_lowercase().matches("client.region").count(),
+            1,
+            "{served}"
+        );
+        let value: serde_json::Value = serde_json::from_str(&served).unwrap();
+        assert_eq!(value["config"]["client.region"], "eu");
+        assert_eq!(value["config"]["s3.endpoint"], "e");
     }
 
     #[test]

@@ -54,7 +54,7 @@ pub async fn serve(
         // Not a JSON object icecache can read: nothing says what a client would read in it.
         exchange.state.metrics.credentials_refused.inc();
         let not_an_object = serde_json::Error::custom("/v1/config is not a JSON object");
-        return Err(ProxyError::Refused(Refusal::NotJson(not_an_object)));
+        return Err(ProxyError::Refused(Refusal::NotJson(not_an_object.into())));
     }
     if let Some(separator) = answer.as_ref().and_then(|a| a.separator.as_ref()) {
         exchange.state.separator.learn(separator);

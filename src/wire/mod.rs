@@ -8,4 +8,5 @@ pub mod etag;
 pub mod headers;
 pub mod host;
 pub mod json;
+pub mod json_walk;
 pub mod seconds;

@@ -56,6 +56,10 @@ pub struct Shape {
     /// With `top_level_secrets`: each such answer also holds `"\ud800"`, JSON by the grammar
     /// that serde_json (and so icecache) refuses and Python's `json` reads.
     pub unreadable_json: bool,
+    /// Every JSON object answered (errors too) carries secret-named members at each of these
+    /// paths of member names and list positions (`"metadata/schemas/0/fields/0"`, `""` for the
+    /// top level), made where missing; each value names its path: `BURIED-<path>-<caller>-<n>`.
+    pub buried: Vec<&'static str>,
 }
 
 impl Default for Shape {
@@ -79,6 +83,7 @@ impl Default for Shape {
             commit_delay: Duration::ZERO,
             top_level_secrets: false,
             unreadable_json: false,
+            buried: Vec::new(),
         }
     }
 }
@@ -358,12 +363,26 @@ async fn answer(state: Arc<State>, request: Request<Incoming>) -> Result<Answer,
                 .body(Full::new(Bytes::new()))
                 .unwrap()
         }
-        (&Method::GET, Some([table, "credentials"])) => json_answer(
-            StatusCode::OK,
-            &json!({ "storage-credentials": [{ "prefix": format!("s3://bucket/{table}"),
-                "config": { "s3.access-key-id": format!("AK-{who}-{n}"),
-                            "s3.secret-access-key": format!("SK-{who}-{n}") } }] }),
-        ),
+        (&Method::GET, Some([table, "credentials"])) => {
+            let (list, prefix) = if shape.case_members {
+                ("Storage-Credentials", "Prefix")
+            } else {
+                ("storage-credentials", "prefix")
+            };
+            json_answer(
+                StatusCode::OK,
+                &json!({ list: [{ prefix: format!("s3://bucket/{table}"),
+                    "config": { "s3.access-key-id": format!("AK-{who}-{n}"),
+                                "s3.secret-access-key": format!("SK-{who}-{n}") } }] }),
+            )
+        }
+        (&Method::GET, None) if segments.iter().rev().nth(1) == Some(&"views") => {
+            let view = segments.last().copied().unwrap_or_default();
+            match state.versions.lock().unwrap().get(view).copied() {
+                Some(version) => json_answer(StatusCode::OK, &view_result(view, version, &who, n)),
+                None => error(404, "NoSuchViewException"),
+            }
+        }
         (&Method::POST, _) if path.ends_with("/register") => {
             let name = serde_json::from_slice::<Value>(&body)
                 .ok()
@@ -388,6 +407,11 @@ async fn answer(state: Arc<State>, request: Request<Incoming>) -> Result<Answer,
                 .unwrap()
         }
         _ => error(404, "NotFoundException"),
+    };
+    let answer = if shape.buried.is_empty() {
+        answer
+    } else {
+        with_buried_secrets(answer, &shape.buried, &who, n)
     };
     let answer = if shape.top_level_secrets {
         with_top_level_secrets(answer, &who, n, shape.unreadable_json)
@@ -422,6 +446,69 @@ fn with_top_level_secrets(answer: Answer, who: &str, n: u64, unreadable: bool) -
         text.push_str(r#","x":"\ud800"}"#);
     }
     Response::from_parts(parts, Full::new(Bytes::from(text)))
+}
+
+/// A LoadViewResult of `view` at `version` (its `config` vends a key, as a catalog may).
+fn view_result(view: &str, version: u64, who: &str, n: u64) -> Value {
+    json!({
+        "metadata-location": format!("s3://bucket/{view}/metadata/v{version}.metadata.json"),
+        "metadata": {
+            "view-uuid": "6b1b3c3e-0000-4000-8000-000000000002",
+            "format-version": 1,
+            "location": format!("s3://bucket/{view}"),
+            "current-version-id": 1,
+            "versions": [], "version-log": [], "schemas": [],
+            "properties": { "version": version.to_string() },
+        },
+        "config": { "s3.endpoint": "http://s3.local", "s3.access-key-id": format!("AK-{who}-{n}") },
+    })
+}
+
+/// The answer with secret-named members buried at each path, if it is a JSON object.
+fn with_buried_secrets(answer: Answer, paths: &[&str], who: &str, n: u64) -> Answer {
+    let (mut parts, body) = answer.into_parts();
+    let bytes = futures::executor::block_on(body.collect())
+        .map(|c| c.to_bytes())
+        .unwrap_or_default();
+    let Ok(mut value @ Value::Object(_)) = serde_json::from_slice::<Value>(&bytes) else {
+        return Response::from_parts(parts, Full::new(bytes));
+    };
+    for path in paths {
+        let mut at = &mut value;
+        for segment in path.split('/').filter(|s| !s.is_empty()) {
+            at = match segment.parse::<usize>() {
+                Ok(index) => {
+                    if !at.is_array() {
+                        *at = json!([]);
+                    }
+                    let list = at.as_array_mut().unwrap();
+                    while list.len() <= index {
+                        list.push(json!({}));
+                    }
+                    &mut list[index]
+                }
+                Err(_) => {
+                    if !at.is_object() {
+                        *at = json!({});
+                    }
+                    at.as_object_mut()
+                        .unwrap()
+                        .entry(segment)
+                        .or_insert_with(|| json!({}))
+                }
+            };
+        }
+        if !at.is_object() {
+            *at = json!({});
+        }
+        let marker = format!("BURIED-{path}-{who}-{n}");
+        let object = at.as_object_mut().unwrap();
+        object.insert("S3.Secret-Access-Key".into(), json!(marker.clone()));
+        object.insert("adls.sas-token.account".into(), json!(marker.clone()));
+        object.insert("token".into(), json!(marker));
+    }
+    parts.headers.remove("content-length");
+    Response::from_parts(parts, Full::new(Bytes::from(value.to_string())))
 }
 
 /// The answer gzip-encoded, as a catalog that ignores `Accept-Encoding` would send it.
