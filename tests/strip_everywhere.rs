@@ -456,8 +456,11 @@ async fn under_passthrough_a_body_with_a_buried_secret_never_enters_redis() {
 #[test]
 fn a_strip_key_that_would_remove_an_answers_shape_is_refused_at_config_check() {
     for keys in ["config", "prefix", "storage*", "*"] {
+        let config = ConfigFile::new(&format!(
+            "upstream = \"http://127.0.0.1:1\"\nstrip_keys = [\"token\", \"{keys}\"]\n"
+        ));
         let output = std::process::Command::new(support::binary())
-            .args(["--upstream", "http://127.0.0.1:1", "--strip-keys", keys])
+            .args(["check-config", config.path()])
             .output()
             .unwrap();
         assert_eq!(output.status.code(), Some(64), "{keys}");

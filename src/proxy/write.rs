@@ -1,7 +1,8 @@
 //! Writes: passed to the catalog, and, when they may have happened (a 2xx, a 5xx, no answer at
 //! all), the tables they touch are invalidated before the answer reaches the client. A write
 //! the catalog refused (4xx) did not happen and invalidates nothing, so no client can empty
-//! the cache by sending writes it is not allowed to make. A write the other replicas of a tier
+//! the cache by sending writes it is not allowed to make; a conflict (409) is the exception: it
+//! says the table moved behind the writer's back. A write the other replicas of a tier
 //! may never see (this replica was cut off from Redis for `cluster.member_timeout` by the time
 //! the catalog answered) is not reported as a success.
 
@@ -50,12 +51,12 @@ pub async fn serve(
     let cache = exchange.state.cache.clone();
     let exchanged = tokio::spawn(async move {
         let result = origin.send(sent, body).await;
-        let may_have_happened = match &result {
-            Ok(response) => !response.status().is_client_error(),
+        let invalidates = match &result {
+            Ok(response) => invalidates(response.status()),
             Err(_) => true,
         };
         let mut cover = Cover::Announced;
-        if may_have_happened {
+        if invalidates {
             if let Some(cache) = &cache {
                 (_, cover) = cache
                     .invalidate_everywhere(&touched, operation.as_str())
@@ -74,6 +75,14 @@ pub async fn serve(
         return Err(ProxyError::WriteUnseen);
     }
     relay::relay(&exchange, answer, shape).await
+}
+
+/// Whether a write answered with `status` invalidates what it names: one that may have happened
+/// (2xx, 5xx) does; a refusal did not happen and does not, except a conflict (409): the catalog
+/// says the table moved since the writer read it, which a writer around icecache may have done,
+/// so the client's refresh and retry must see the catalog's state, not the cache's.
+fn invalidates(status: http::StatusCode) -> bool {
+    !status.is_client_error() || status == http::StatusCode::CONFLICT
 }
 
 /// What the body names, read off the async threads when it is large.

@@ -6,6 +6,7 @@ pub mod cluster;
 pub mod events;
 pub mod fake;
 pub mod gate;
+pub mod jvm;
 pub mod relay;
 pub mod standin;
 

@@ -246,16 +246,38 @@ pub fn table_result(
         config["s3.secret-access-key"] = json!(format!("SK-{caller}-{n}"));
         config["s3.session-token"] = json!(format!("ST-{caller}-{n}"));
         config["s3.session-token-expires-at-ms"] = json!((expires.as_millis() as u64).to_string());
+        // A whole set, as a catalog vends one: the Java client refuses half a key pair.
         storage = json!([{ "prefix": format!("s3://bucket/{table}"),
-                           "config": { "s3.access-key-id": format!("SC-{caller}-{n}") } }]);
+                           "config": { "s3.access-key-id": format!("SC-{caller}-{n}"),
+                                       "s3.secret-access-key": format!("SC-secret-{caller}-{n}"),
+                                       "s3.session-token": format!("SC-token-{caller}-{n}"),
+                                       "s3.session-token-expires-at-ms":
+                                           (expires.as_millis() as u64).to_string() } }]);
     }
     let mut body = json!({
         "metadata-location": format!("s3://bucket/{table}/metadata/v{version}.metadata.json"),
+        // Table metadata as the Java client reads it (every member a v2 table requires).
         "metadata": {
             "format-version": 2,
             "table-uuid": "6b1b3c3e-0000-4000-8000-000000000001",
             "location": format!("s3://bucket/{table}"),
+            "last-sequence-number": 0,
+            "last-updated-ms": 1_760_000_000_000u64,
+            "last-column-id": 1,
+            "current-schema-id": 0,
+            "schemas": [{ "type": "struct", "schema-id": 0,
+                          "fields": [{ "id": 1, "name": "id", "required": false, "type": "long" }] }],
+            "default-spec-id": 0,
+            "partition-specs": [{ "spec-id": 0, "fields": [] }],
+            "last-partition-id": 999,
+            "default-sort-order-id": 0,
+            "sort-orders": [{ "order-id": 0, "fields": [] }],
             "properties": { "version": version.to_string(), "padding": "x".repeat(shape.padding) },
+            "current-snapshot-id": -1,
+            "refs": {},
+            "snapshots": [],
+            "snapshot-log": [],
+            "metadata-log": [],
         },
         "config": config,
         "storage-credentials": storage,
