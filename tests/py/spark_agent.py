@@ -1,12 +1,13 @@
 """Spark SQL with Iceberg (pyspark 3.5, local[2]) driven from the Rust tests: one Spark session
 per test file, commands as JSON lines on stdin, one JSON answer line each on stdout.
 
-usage: spark_agent.py CATALOGS_JSON JARS
-  CATALOGS_JSON  {"name": {Iceberg catalog properties}, ...}: each becomes a Spark catalog of
-                 type rest (SparkCatalog)
+usage: spark_agent.py JARS
   JARS           comma-separated jars (the Iceberg Spark runtime and the AWS bundle)
 
 commands:
+  {"op": "ready"}                                  answered once the session is up
+  {"op": "catalog", "name": "...", "properties": {...}}
+                                                   a REST catalog (SparkCatalog) under that name
   {"op": "sql", "query": "..."}                    rows of the query, as lists of strings
   {"op": "concurrent", "queries": ["...", ...]}    runs the queries at once, one thread each,
                                                    and says which succeeded or what they raised
@@ -19,7 +20,7 @@ import traceback
 from pyspark.sql import SparkSession
 
 
-def session(catalogs, jars):
+def session(jars):
     builder = (
         SparkSession.builder.master("local[2]")
         .appName("icecache-tests")
@@ -30,14 +31,18 @@ def session(catalogs, jars):
         .config("spark.sql.extensions",
                 "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions")
     )
-    for name, properties in catalogs.items():
-        builder = builder.config(f"spark.sql.catalog.{name}", "org.apache.iceberg.spark.SparkCatalog")
-        builder = builder.config(f"spark.sql.catalog.{name}.type", "rest")
-        for key, value in properties.items():
-            builder = builder.config(f"spark.sql.catalog.{name}.{key}", value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     return spark
+
+
+def catalog(spark, name, properties):
+    # A catalog is made on its first use: its settings may be given while the session runs.
+    spark.conf.set(f"spark.sql.catalog.{name}", "org.apache.iceberg.spark.SparkCatalog")
+    spark.conf.set(f"spark.sql.catalog.{name}.type", "rest")
+    for key, value in properties.items():
+        spark.conf.set(f"spark.sql.catalog.{name}.{key}", value)
+    return name
 
 
 def rows(spark, query):
@@ -66,17 +71,19 @@ def concurrent(spark, queries):
 
 
 def main():
-    catalogs = json.loads(sys.argv[1])
-    spark = session(catalogs, sys.argv[2])
+    spark = session(sys.argv[1])
     out = sys.stdout
     sys.stdout = sys.stderr
-    print(json.dumps({"ok": True, "result": "ready"}), file=out, flush=True)
     for line in sys.stdin:
         if not line.strip():
             continue
         try:
             command = json.loads(line)
-            if command["op"] == "sql":
+            if command["op"] == "ready":
+                result = "ready"
+            elif command["op"] == "catalog":
+                result = catalog(spark, command["name"], command["properties"])
+            elif command["op"] == "sql":
                 result = rows(spark, command["query"])
             elif command["op"] == "concurrent":
                 result = concurrent(spark, command["queries"])

@@ -38,38 +38,34 @@ struct Pipes {
     answers: BufReader<ChildStdout>,
 }
 
-/// The Java client's JVM, shared by every test of a binary; commands run one at a time.
-pub struct Agent(Mutex<Pipes>);
+/// A process that answers one JSON line for each JSON command line (the Java client's agent,
+/// the Spark session), shared by every test of a binary; commands run one at a time. It exits
+/// when this process does (its stdin closes).
+pub struct LineAgent(Mutex<Pipes>);
 
-impl Agent {
-    /// The binary's agent, started on first use. It exits when this process does (its stdin
-    /// closes).
-    pub fn shared() -> &'static Agent {
-        static AGENT: OnceLock<Agent> = OnceLock::new();
-        AGENT.get_or_init(|| {
-            let mut child = Command::new(java())
-                .args(["-Xmx512m", "-cp", &classpath(), "dev.icecache.it.Agent"])
-                .stdin(Stdio::piped())
-                .stdout(Stdio::piped())
-                .stderr(if std::env::var_os("ICECACHE_TEST_LOGS").is_some() {
-                    Stdio::inherit()
-                } else {
-                    Stdio::null()
-                })
-                .spawn()
-                .expect("java starts (scripts/test.sh needs a JDK 17)");
-            let commands = child.stdin.take().expect("stdin");
-            let answers = BufReader::new(child.stdout.take().expect("stdout"));
-            Agent(Mutex::new(Pipes {
-                _child: child,
-                commands,
-                answers,
-            }))
-        })
+impl LineAgent {
+    pub fn spawn(mut command: Command) -> LineAgent {
+        let mut child = command
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(if std::env::var_os("ICECACHE_TEST_LOGS").is_some() {
+                Stdio::inherit()
+            } else {
+                Stdio::null()
+            })
+            .spawn()
+            .unwrap_or_else(|e| panic!("{command:?} starts: {e}"));
+        let commands = child.stdin.take().expect("stdin");
+        let answers = BufReader::new(child.stdout.take().expect("stdout"));
+        LineAgent(Mutex::new(Pipes {
+            _child: child,
+            commands,
+            answers,
+        }))
     }
 
-    /// Runs one command and returns its result; a command the client failed panics with the
-    /// Java stack trace.
+    /// Runs one command and returns its result; a command that failed panics with the
+    /// agent's account of it (a Java or Python stack trace).
     pub async fn call(&'static self, command: Value) -> Value {
         let line = command.to_string();
         let answer = tokio::task::spawn_blocking(move || {
@@ -90,11 +86,52 @@ impl Agent {
         assert_eq!(
             answer["ok"],
             true,
-            "the Java client failed {}:\n{}",
+            "the agent failed {}:\n{}",
             command["op"],
             answer["error"].as_str().unwrap_or_default()
         );
         answer["result"].clone()
+    }
+}
+
+/// The Iceberg Java client's JVM (dev.icecache.it.Agent).
+pub struct Agent;
+
+impl Agent {
+    pub fn shared() -> &'static LineAgent {
+        static AGENT: OnceLock<LineAgent> = OnceLock::new();
+        AGENT.get_or_init(|| {
+            let mut command = Command::new(java());
+            command.args(["-Xmx512m", "-cp", &classpath(), "dev.icecache.it.Agent"]);
+            LineAgent::spawn(command)
+        })
+    }
+}
+
+/// One Spark session (pyspark, local[2], the Iceberg Spark runtime) for a whole test binary;
+/// each test adds the catalogs it needs under names of its own.
+pub struct Spark;
+
+impl Spark {
+    pub async fn shared() -> &'static LineAgent {
+        static SPARK: OnceLock<LineAgent> = OnceLock::new();
+        static READY: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
+        let spark = SPARK.get_or_init(|| {
+            let jars = root().join("tests/java/target/spark");
+            let jars = ["iceberg-spark-runtime-3.5_2.12-1.11.0.jar", "iceberg-aws-bundle-1.11.0.jar"]
+                .map(|jar| jars.join(jar).display().to_string())
+                .join(",");
+            let mut command = Command::new(super::python());
+            command
+                .arg(root().join("tests/py/spark_agent.py"))
+                .arg(jars);
+            LineAgent::spawn(command)
+        });
+        // The session says it is ready before any command is read.
+        READY
+            .get_or_init(|| async { spark.call(json!({ "op": "ready" })).await; })
+            .await;
+        spark
     }
 }
 

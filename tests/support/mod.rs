@@ -3,6 +3,7 @@
 #![allow(dead_code)] // each test binary uses a different part of the harness
 
 pub mod cluster;
+pub mod compatibility;
 pub mod events;
 pub mod fake;
 pub mod gate;
