@@ -13,6 +13,8 @@ cd "$root"
 
 bash scripts/test-env.sh
 bash scripts/java-env.sh
+ICECACHE_TRINO_HOME=$(bash scripts/trino-env.sh)
+export ICECACHE_TRINO_HOME
 if [ "$(id -u)" = 0 ]; then sudo=""; else sudo="sudo"; fi
 apt_updated=""
 apt_update() { [ -n "$apt_updated" ] || { $sudo apt-get update -qq; apt_updated=1; }; }

@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use support::jvm::{seaweedfs_client, Agent};
+use support::jvm::{client, seaweedfs_client, Agent, ReferenceCatalog};
 use support::relay::Relay;
 use support::standin::{Shape, StandIn};
 use support::{catalog, metric, unique, Api, ConfigFile, Icecache};
@@ -29,54 +29,145 @@ fn assert_same_everywhere(report: &Value) {
     assert!(steps.len() >= 30, "the whole scenario ran: {}", steps.len());
 }
 
+/// The credential policies the scenario runs under.
+const POLICIES: [&str; 3] = ["passthrough", "strip", "inject"];
+
+/// icecache's flags for `policy` (the config file lives as long as the flags are used): under
+/// `inject` the suite's S3 keys come from files.
+fn policy_flags(policy: &str) -> (Vec<String>, Option<ConfigFile>) {
+    if policy != "inject" {
+        return (vec!["--credentials".into(), policy.into()], None);
+    }
+    let dir = std::env::temp_dir().join(unique("java-inject"));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("id"), "admin").unwrap();
+    std::fs::write(dir.join("secret"), "adminsecret").unwrap();
+    let config = ConfigFile::new(&format!(
+        "credentials = \"inject\"\n[inject]\n\"s3.access-key-id\" = {{ file = \"{0}/id\" }}\n\
+         \"s3.secret-access-key\" = {{ file = \"{0}/secret\" }}\n",
+        dir.display()
+    ));
+    let flags = vec!["--config".into(), config.path().to_owned()];
+    (flags, Some(config))
+}
+
+/// The client through icecache: under `inject` it brings no S3 keys of its own (icecache gives
+/// them); otherwise it is the direct client's twin.
+fn through(mut client: Value, policy: &str) -> Value {
+    if policy == "inject" {
+        let properties = client.as_object_mut().unwrap();
+        properties.remove("s3.access-key-id");
+        properties.remove("s3.secret-access-key");
+    }
+    client
+}
+
+/// Runs the scenario through icecache under each policy, in front of `upstream`, reading both
+/// ways; `direct` is the client for the catalog itself.
+async fn scenario_under_every_policy(
+    catalog_name: &str,
+    upstream: &str,
+    client: fn(&str) -> Value,
+) {
+    for policy in POLICIES {
+        let (flags, _config) = policy_flags(policy);
+        let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+        let icecache = Icecache::start(upstream, &flags).await;
+        let report = Agent::shared()
+            .call(json!({
+                "op": "scenario",
+                "via": through(client(&icecache.url), policy),
+                "direct": client(upstream),
+                "namespace": unique("java"),
+            }))
+            .await;
+        assert_same_everywhere(&report);
+        let local = metric(&icecache.metrics().await, LOCAL_304S);
+        assert!(
+            local > 0.0,
+            "{policy}: the client's table cache was answered locally"
+        );
+        support::compatibility::record(
+            &format!("java-{catalog_name}-{policy}"),
+            json!({ "client": "Iceberg Java client 1.11.0", "catalog": catalog_name,
+                    "policy": policy, "identical": true, "steps": report["steps"].as_array().map(Vec::len),
+                    "local_304s": local }),
+        );
+    }
+}
+
 #[tokio::test]
-async fn the_java_client_sees_the_same_catalog_through_icecache_as_directly() {
-    let icecache = Icecache::start(&catalog(), &[]).await;
-    let report = Agent::shared()
-        .call(json!({
-            "op": "scenario",
-            "via": seaweedfs_client(&icecache.url),
-            "direct": seaweedfs_client(&catalog()),
-            "namespace": unique("java"),
-        }))
-        .await;
-    assert_same_everywhere(&report);
-    let metrics = icecache.metrics().await;
-    assert!(
-        metric(&metrics, LOCAL_304S) > 0.0,
-        "the client's table cache was answered locally"
+async fn the_java_client_sees_the_same_seaweedfs_catalog_through_icecache_under_every_policy() {
+    scenario_under_every_policy("SeaweedFS 4.48", &catalog(), seaweedfs_client).await;
+}
+
+#[tokio::test]
+async fn the_java_client_sees_the_same_reference_catalog_through_icecache_under_every_policy() {
+    let reference = ReferenceCatalog::shared().await;
+    scenario_under_every_policy("Iceberg reference server 1.11.0", &reference.url, client).await;
+}
+
+/// Twenty loads of one table by one Java client: directly, then through icecache; how many
+/// reached the catalog each way, and how many icecache answered with a local 304.
+async fn twenty_loads(catalog_name: &str, upstream: &str, client: fn(&str) -> Value, table: &str) {
+    let around = Relay::start(upstream).await;
+    let behind = Relay::start(upstream).await;
+    let icecache = Icecache::start(&behind.url, &["--fresh-for", "1h"]).await;
+    let name = table.rsplit('.').next().unwrap();
+    let mut seen = Vec::new();
+    for (uri, relay) in [
+        (around.url.as_str(), &around),
+        (icecache.url.as_str(), &behind),
+    ] {
+        let locations = Agent::shared()
+            .call(json!({ "op": "loads", "catalog": client(uri), "table": table, "times": 20 }))
+            .await;
+        let distinct: BTreeSet<&str> = locations
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|l| l.as_str().unwrap())
+            .collect();
+        assert_eq!(distinct.len(), 1, "{locations}");
+        seen.push(relay.count("GET", &format!("/tables/{name}")));
+    }
+    let local = metric(&icecache.metrics().await, LOCAL_304S);
+    assert_eq!(seen[0], 20, "directly, every load reaches the catalog");
+    assert_eq!(seen[1], 1, "through icecache, only the first");
+    assert_eq!(local, 19.0, "every later load was a local 304");
+    support::compatibility::record(
+        &format!("java-{catalog_name}-loads"),
+        json!({ "client": "Iceberg Java client 1.11.0", "catalog": catalog_name, "loads": 20,
+                "catalog_requests_direct": seen[0], "catalog_requests_through": seen[1],
+                "local_304s": local }),
     );
 }
 
 #[tokio::test]
-async fn repeated_loads_from_the_java_clients_table_cache_are_answered_with_local_304s() {
-    let relay = Relay::start(&catalog()).await;
-    let icecache = Icecache::start(&relay.url, &["--fresh-for", "1h"]).await;
+async fn repeated_loads_from_the_java_clients_table_cache_are_local_304s_in_front_of_seaweedfs() {
     let api = Api::new(&catalog()).await;
     let (namespace, table) = api.fresh_table("java304").await;
-    let before = metric(&icecache.metrics().await, LOCAL_304S);
-    let locations = Agent::shared()
-        .call(json!({
-            "op": "loads",
-            "catalog": seaweedfs_client(&icecache.url),
-            "table": format!("{namespace}.{table}"),
-            "times": 20,
-        }))
-        .await;
-    let distinct: BTreeSet<&str> = locations
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|l| l.as_str().unwrap())
-        .collect();
-    assert_eq!(distinct.len(), 1, "{locations}");
-    assert_eq!(
-        relay.count("GET", &format!("/namespaces/{namespace}/tables/{table}")),
-        1,
-        "only the first load reached the catalog"
-    );
-    let after = metric(&icecache.metrics().await, LOCAL_304S);
-    assert_eq!(after - before, 19.0, "every later load was a local 304");
+    twenty_loads(
+        "SeaweedFS 4.48",
+        &catalog(),
+        seaweedfs_client,
+        &format!("{namespace}.{table}"),
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn repeated_loads_from_the_java_clients_table_cache_are_local_304s_in_front_of_the_reference_catalog(
+) {
+    let reference = ReferenceCatalog::shared().await;
+    let table = support::jvm::reference_table(&reference.url).await;
+    twenty_loads(
+        "Iceberg reference server 1.11.0",
+        &reference.url,
+        client,
+        &table,
+    )
+    .await;
 }
 
 #[tokio::test]

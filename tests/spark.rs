@@ -54,9 +54,7 @@ fn loads(relay: &Relay) -> usize {
         .filter(|s| {
             let path = s.path_and_query.split('?').next().unwrap_or("");
             let segments: Vec<&str> = path.split('/').collect();
-            s.method == "GET"
-                && segments.len() >= 2
-                && segments[segments.len() - 2] == "tables"
+            s.method == "GET" && segments.len() >= 2 && segments[segments.len() - 2] == "tables"
         })
         .count()
 }
@@ -84,7 +82,12 @@ async fn run_workload(catalog: &str, relay: &Relay) -> Vec<(Value, usize)> {
             .await;
         // SHOW TABLES names the namespace, which differs between the runs.
         let rows = if query.starts_with("SHOW TABLES") {
-            json!(rows.as_array().unwrap().iter().map(|r| r[1].clone()).collect::<Vec<_>>())
+            json!(rows
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|r| r[1].clone())
+                .collect::<Vec<_>>())
         } else {
             rows
         };
@@ -123,7 +126,11 @@ async fn spark_sql_through_icecache_returns_the_same_rows_as_directly() {
         "icecache never asks the catalog more than the client asks it"
     );
     // The rows themselves were real: the joins saw the inserted data.
-    let revenue = &directly[WORKLOAD.iter().position(|q| q.contains("AS revenue")).unwrap()].0;
+    let revenue = &directly[WORKLOAD
+        .iter()
+        .position(|q| q.contains("AS revenue"))
+        .unwrap()]
+    .0;
     assert_eq!(revenue.as_array().map(Vec::len), Some(5), "{revenue}");
 }
 
@@ -133,7 +140,10 @@ async fn concurrent_spark_writers_land_every_commit_through_icecache_as_directly
     let behind = Relay::start(&catalog()).await;
     let icecache = Icecache::start(&behind.url, &[]).await;
     let spark = Spark::shared().await;
-    for (uri, relay) in [(around.url.clone(), &around), (icecache.url.clone(), &behind)] {
+    for (uri, relay) in [
+        (around.url.clone(), &around),
+        (icecache.url.clone(), &behind),
+    ] {
         let catalog = spark_catalog(&uri).await;
         let table = format!("{catalog}.{}.events", unique("race"));
         let namespace = table.rsplit_once('.').unwrap().0.to_owned();

@@ -15,5 +15,9 @@ pub fn record(row: &str, measured: Value) {
     let dir = directory();
     std::fs::create_dir_all(&dir).expect("target/compatibility");
     let text = serde_json::to_string_pretty(&measured).expect("JSON");
-    std::fs::write(dir.join(format!("{row}.json")), text).expect("a compatibility row");
+    let file: String = row
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+        .collect();
+    std::fs::write(dir.join(format!("{file}.json")), text).expect("a compatibility row");
 }

@@ -118,9 +118,12 @@ impl Spark {
         static READY: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
         let spark = SPARK.get_or_init(|| {
             let jars = root().join("tests/java/target/spark");
-            let jars = ["iceberg-spark-runtime-3.5_2.12-1.11.0.jar", "iceberg-aws-bundle-1.11.0.jar"]
-                .map(|jar| jars.join(jar).display().to_string())
-                .join(",");
+            let jars = [
+                "iceberg-spark-runtime-3.5_2.12-1.11.0.jar",
+                "iceberg-aws-bundle-1.11.0.jar",
+            ]
+            .map(|jar| jars.join(jar).display().to_string())
+            .join(",");
             let mut command = Command::new(super::python());
             command
                 .arg(root().join("tests/py/spark_agent.py"))
@@ -129,7 +132,9 @@ impl Spark {
         });
         // The session says it is ready before any command is read.
         READY
-            .get_or_init(|| async { spark.call(json!({ "op": "ready" })).await; })
+            .get_or_init(|| async {
+                spark.call(json!({ "op": "ready" })).await;
+            })
             .await;
         spark
     }
@@ -178,20 +183,29 @@ impl ReferenceCatalog {
         ReferenceCatalog { child, url }
     }
 
-    /// The reference catalog on the suite's SeaweedFS S3 (scripts/test.sh makes its bucket).
-    pub async fn on_seaweedfs() -> ReferenceCatalog {
-        let warehouse = format!("s3://{}/{}", reference_bucket(), super::unique("wh"));
-        let s3 = s3_endpoint();
-        ReferenceCatalog::start(&[
-            ("warehouse", &warehouse),
-            ("io-impl", "org.apache.iceberg.aws.s3.S3FileIO"),
-            ("s3.endpoint", &s3),
-            ("s3.path-style-access", "true"),
-            ("s3.access-key-id", "admin"),
-            ("s3.secret-access-key", "adminsecret"),
-            ("client.region", "us-east-1"),
-        ])
-        .await
+    /// The binary's reference catalog, on the suite's SeaweedFS S3 (scripts/test.sh makes its
+    /// bucket), vending the S3 keys in every table's `config` as a catalog that vends
+    /// credentials does (`include-credentials`). Started on first use; it stops when this
+    /// process does (its stdin closes).
+    pub async fn shared() -> &'static ReferenceCatalog {
+        static SHARED: tokio::sync::OnceCell<ReferenceCatalog> = tokio::sync::OnceCell::const_new();
+        SHARED
+            .get_or_init(|| async {
+                let warehouse = format!("s3://{}/{}", reference_bucket(), super::unique("wh"));
+                let s3 = s3_endpoint();
+                ReferenceCatalog::start(&[
+                    ("warehouse", &warehouse),
+                    ("io-impl", "org.apache.iceberg.aws.s3.S3FileIO"),
+                    ("s3.endpoint", &s3),
+                    ("s3.path-style-access", "true"),
+                    ("s3.access-key-id", "admin"),
+                    ("s3.secret-access-key", "adminsecret"),
+                    ("client.region", "us-east-1"),
+                    ("include-credentials", "true"),
+                ])
+                .await
+            })
+            .await
     }
 }
 
@@ -200,6 +214,30 @@ impl Drop for ReferenceCatalog {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// Creates a namespace and a table in it on a catalog that needs no prefix nor token (the
+/// reference catalog); returns `namespace.table`.
+pub async fn reference_table(url: &str) -> String {
+    let namespace = super::unique("ref");
+    let http = reqwest::Client::new();
+    let created = http
+        .post(format!("{url}/v1/namespaces"))
+        .json(&json!({ "namespace": [namespace] }))
+        .send()
+        .await
+        .expect("create namespace");
+    assert_eq!(created.status(), 200, "create namespace");
+    let schema = json!({ "type": "struct", "schema-id": 0,
+        "fields": [{ "id": 1, "name": "id", "type": "long", "required": false }] });
+    let created = http
+        .post(format!("{url}/v1/namespaces/{namespace}/tables"))
+        .json(&json!({ "name": "t", "schema": schema }))
+        .send()
+        .await
+        .expect("create table");
+    assert_eq!(created.status(), 200, "create table");
+    format!("{namespace}.t")
 }
 
 /// The suite's SeaweedFS S3 endpoint.

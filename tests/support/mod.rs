@@ -10,6 +10,7 @@ pub mod gate;
 pub mod jvm;
 pub mod relay;
 pub mod standin;
+pub mod trino;
 
 use std::net::TcpListener;
 use std::path::PathBuf;
