@@ -222,6 +222,76 @@ async fn a_table_answer_with_an_unreadable_buried_member_is_refused_not_passed()
     assert_clean("refusal", &response.text().await.unwrap());
 }
 
+/// The body read every way a lax client might: as UTF-8, UTF-16 and UTF-32.
+fn every_reading(bytes: &[u8]) -> Vec<String> {
+    let units16 = |be: bool| -> Vec<u16> {
+        bytes
+            .chunks_exact(2)
+            .map(|c| {
+                if be {
+                    u16::from_be_bytes([c[0], c[1]])
+                } else {
+                    u16::from_le_bytes([c[0], c[1]])
+                }
+            })
+            .collect()
+    };
+    let utf32: String = bytes
+        .chunks_exact(4)
+        .filter_map(|c| char::from_u32(u32::from_le_bytes([c[0], c[1], c[2], c[3]])))
+        .collect();
+    vec![
+        String::from_utf8_lossy(bytes).into_owned(),
+        String::from_utf16_lossy(&units16(false)),
+        String::from_utf16_lossy(&units16(true)),
+        utf32,
+    ]
+}
+
+#[tokio::test]
+async fn json_in_another_encoding_or_wrapper_never_carries_a_secret_out() {
+    for wrapping in ["utf-16le", "utf-16be", "utf-32le", "jsonp", "xssi", "html"] {
+        let catalog = standin(Shape {
+            wrapping: Some(wrapping),
+            ..burying()
+        })
+        .await;
+        let icecache = Icecache::start(&catalog.url, &["--credentials", "strip"]).await;
+        let client = reqwest::Client::new();
+        for (route, request) in [
+            ("loadTable", client.get(format!("{}{TABLE}", icecache.url))),
+            (
+                "commit",
+                client
+                    .post(format!("{}{TABLE}", icecache.url))
+                    .json(&json!({})),
+            ),
+            (
+                "plan",
+                client
+                    .post(format!("{}{TABLE}/plan", icecache.url))
+                    .json(&json!({})),
+            ),
+            (
+                "error",
+                client.get(format!("{}/v1/namespaces/db/tables/nope", icecache.url)),
+            ),
+            (
+                "unclassified",
+                client.get(format!("{}/v1/warehouse/something/else", icecache.url)),
+            ),
+        ] {
+            let response = request.bearer_auth("alice").send().await.unwrap();
+            let status = response.status();
+            let bytes = response.bytes().await.unwrap();
+            for reading in every_reading(&bytes) {
+                assert_clean(&format!("{wrapping} {route} ({status})"), &reading);
+            }
+            assert_eq!(status, 502, "{wrapping} {route}: refused, not passed");
+        }
+    }
+}
+
 #[tokio::test]
 async fn coalesced_callers_under_shared_strip_get_no_buried_secret() {
     let catalog = standin(Shape {

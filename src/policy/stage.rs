@@ -98,9 +98,8 @@ pub fn process(shape: Shape, body: Bytes, policy: &Policy) -> Result<Processed, 
 }
 
 /// An answer of no known shape: any JSON loses every member named like a secret, at any
-/// depth; bytes that look like JSON but that the walk cannot read whole (a lone surrogate
-/// escape, a trailing comma, deep nesting) are refused, since a laxer client may read a secret
-/// in them; anything else (a text or HTML page) holds no member and passes.
+/// depth; a body the walk cannot read passes only when no reader, however lax, could find such
+/// a member in it (`holds_no_member`), and is refused otherwise.
 fn scrub_other(body: Bytes, secret: &KeyPatterns) -> Result<Processed, Refusal> {
     let processed = |body, removed| Processed {
         body,
@@ -114,17 +113,38 @@ fn scrub_other(body: Bytes, secret: &KeyPatterns) -> Result<Processed, Refusal> 
             Bytes::from(walked.text.into_owned()),
             walked.removed,
         )),
-        Err(e) if looks_like_json(&body) => Err(Refusal::NotJson(e.into())),
-        Err(_) => Ok(processed(body, 0)),
+        Err(_) if holds_no_member(&body, secret) => Ok(processed(body, 0)),
+        Err(e) => Err(Refusal::NotJson(e.into())),
     }
 }
 
-/// Whether a body opens like a JSON object or array (after whitespace and a byte order mark).
-fn looks_like_json(body: &[u8]) -> bool {
-    let body = body.strip_prefix(b"\xef\xbb\xbf").unwrap_or(body);
-    body.iter()
-        .find(|b| !b.is_ascii_whitespace())
-        .is_some_and(|b| matches!(b, b'{' | b'['))
+/// Whether a body the walk could not read holds nothing a lax reader could take for a member
+/// named like a secret: UTF-8 text without NUL bytes (JSON in UTF-16 or UTF-32 has them, and a
+/// reader that guesses the encoding reads it), that does not open like JSON after whitespace and
+/// a byte order mark, and that quotes no secret's name (JSONP, an XSSI prefix, JSON inside an
+/// HTML page). A text or HTML page passes.
+fn holds_no_member(body: &[u8], secret: &KeyPatterns) -> bool {
+    let Ok(text) = std::str::from_utf8(body) else {
+        return false;
+    };
+    let opening = text.trim_start_matches(|c: char| c.is_whitespace() || c == '\u{feff}');
+    if text.contains('\0') || opening.starts_with(['{', '[']) {
+        return false;
+    }
+    ['"', '\''].into_iter().all(|quote| {
+        text.split(quote)
+            .skip(1)
+            .step_by(2)
+            .all(|quoted| !names_a_secret(quoted, secret))
+    })
+}
+
+/// Whether a quoted string, its escapes read as JSON reads them, names a secret.
+fn names_a_secret(quoted: &str, secret: &KeyPatterns) -> bool {
+    if !quoted.contains('\\') {
+        return secret.matches(quoted);
+    }
+    serde_json::from_str::<String>(&format!("\"{quoted}\"")).is_ok_and(|name| secret.matches(&name))
 }
 
 /// `process`, on a blocking thread when the body is large.
@@ -261,6 +281,39 @@ mod tests {
             b"token=T",
             "a page that is no JSON has no members"
         );
+        let page = b"<html><p class=\"error\">invalid token</p></html>";
+        let html = process(Shape::Unknown, Bytes::from_static(page), &p).unwrap();
+        assert_eq!(&html.body[..], page);
+    }
+
+    #[test]
+    fn json_a_lax_reader_could_still_find_is_refused() {
+        let p = policy(Credentials::Strip);
+        let object = r#"{"plan":{"token":"T"}}"#;
+        let utf16: Vec<u8> = [0xff, 0xfe]
+            .into_iter()
+            .chain(object.encode_utf16().flat_map(u16::to_le_bytes))
+            .collect();
+        let utf16be: Vec<u8> = object.encode_utf16().flat_map(u16::to_be_bytes).collect();
+        let utf32: Vec<u8> = object
+            .chars()
+            .flat_map(|c| (c as u32).to_le_bytes())
+            .collect();
+        for body in [
+            utf16,
+            utf16be,
+            utf32,
+            format!("cb({object})").into_bytes(),
+            format!(")]}}'\n{object}").into_bytes(),
+            format!("<html><pre>{object}</pre></html>").into_bytes(),
+            format!("\0{object}").into_bytes(),
+            format!("\u{a0}{object}").into_bytes(),
+            br#"cb({"to\u006ben":"T"})"#.to_vec(),
+            b"cb({'token':'T'})".to_vec(),
+        ] {
+            let out = process(Shape::Unknown, Bytes::from(body.clone()), &p);
+            assert!(out.is_err(), "passed: {:?}", String::from_utf8_lossy(&body));
+        }
     }
 
     #[test]

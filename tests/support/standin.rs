@@ -60,6 +60,9 @@ pub struct Shape {
     /// paths of member names and list positions (`"metadata/schemas/0/fields/0"`, `""` for the
     /// top level), made where missing; each value names its path: `BURIED-<path>-<caller>-<n>`.
     pub buried: Vec<&'static str>,
+    /// Every JSON object answered is sent in this form instead of UTF-8: `utf-16le` (with a byte
+    /// order mark), `utf-16be`, `utf-32le`, `jsonp` (`cb(…)`), `xssi` (`)]}'` first) or `html`.
+    pub wrapping: Option<&'static str>,
 }
 
 impl Default for Shape {
@@ -84,6 +87,7 @@ impl Default for Shape {
             top_level_secrets: false,
             unreadable_json: false,
             buried: Vec::new(),
+            wrapping: None,
         }
     }
 }
@@ -440,6 +444,10 @@ async fn answer(state: Arc<State>, request: Request<Incoming>) -> Result<Answer,
     } else {
         answer
     };
+    let answer = match shape.wrapping {
+        Some(wrapping) => wrapped(answer, wrapping),
+        None => answer,
+    };
     Ok(if shape.gzip { gzipped(answer) } else { answer })
 }
 
@@ -531,6 +539,37 @@ fn with_buried_secrets(answer: Answer, paths: &[&str], who: &str, n: u64) -> Ans
     }
     parts.headers.remove("content-length");
     Response::from_parts(parts, Full::new(Bytes::from(value.to_string())))
+}
+
+/// A JSON answer in another encoding or wrapper (`Shape::wrapping`).
+fn wrapped(answer: Answer, wrapping: &str) -> Answer {
+    let (mut parts, body) = answer.into_parts();
+    let bytes = futures::executor::block_on(body.collect())
+        .map(|c| c.to_bytes())
+        .unwrap_or_default();
+    let Ok(text) = std::str::from_utf8(&bytes) else {
+        return Response::from_parts(parts, Full::new(bytes));
+    };
+    if !text.starts_with('{') {
+        return Response::from_parts(parts, Full::new(bytes));
+    }
+    let out: Vec<u8> = match wrapping {
+        "utf-16le" => [0xff, 0xfe]
+            .into_iter()
+            .chain(text.encode_utf16().flat_map(u16::to_le_bytes))
+            .collect(),
+        "utf-16be" => text.encode_utf16().flat_map(u16::to_be_bytes).collect(),
+        "utf-32le" => text
+            .chars()
+            .flat_map(|c| (c as u32).to_le_bytes())
+            .collect(),
+        "jsonp" => format!("cb({text})").into_bytes(),
+        "xssi" => format!(")]}}'\n{text}").into_bytes(),
+        "html" => format!("<html><body><pre>{text}</pre></body></html>").into_bytes(),
+        other => panic!("unknown wrapping {other}"),
+    };
+    parts.headers.remove("content-length");
+    Response::from_parts(parts, Full::new(Bytes::from(out)))
 }
 
 /// The answer gzip-encoded, as a catalog that ignores `Accept-Encoding` would send it.
