@@ -106,6 +106,11 @@ if [ "$#" -eq 0 ]; then
     cargo test --locked --manifest-path tests/rust-client/Cargo.toml 2>&1 | tee -a "$work/test.log"
 fi
 
+# The compatibility matrix in docs/compatibility.md, from what this whole run recorded.
+if [ "$#" -eq 0 ]; then
+  python3 scripts/compatibility.py
+fi
+
 # One closing line for the whole run (every cargo test above has already succeeded; a test
 # that could not run failed it, so nothing was skipped unless the file below says so).
 passed=$(awk '/^test result: ok\./ { sum += $4 } END { print sum + 0 }' "$work/test.log")

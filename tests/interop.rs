@@ -91,6 +91,15 @@ async fn pyiceberg_sees_the_same_tables_rows_and_refs_both_ways() {
         gone["exists"], false,
         "a drop through icecache is seen at once"
     );
+    let local = support::metric(
+        &icecache.metrics().await,
+        "icecache_cache_not_modified_total",
+    );
+    support::compatibility::record(
+        "pyiceberg-seaweedfs",
+        serde_json::json!({ "client": "pyiceberg 0.12", "catalog": "SeaweedFS 4.48",
+                            "policy": "passthrough", "identical": true, "local_304s": local }),
+    );
 }
 
 #[tokio::test]
@@ -120,6 +129,15 @@ async fn duckdb_counts_and_filters_the_same_rows_both_ways() {
     assert_eq!(direct, through);
     assert_eq!(through["count"], 10);
     assert_eq!(through["odd_ids"], serde_json::json!([1, 3, 5, 7, 9]));
+    let local = support::metric(
+        &icecache.metrics().await,
+        "icecache_cache_not_modified_total",
+    );
+    support::compatibility::record(
+        "duckdb-seaweedfs",
+        serde_json::json!({ "client": "DuckDB 1.5.5", "catalog": "SeaweedFS 4.48",
+                            "policy": "passthrough", "identical": true, "local_304s": local }),
+    );
 }
 
 #[tokio::test]
@@ -144,4 +162,9 @@ async fn iceberg_js_gets_null_on_a_304_in_both_snapshot_modes_through_icecache()
     assert_eq!(direct["all_uuid"], through["all_uuid"]);
     assert_eq!(direct["exists"], through["exists"]);
     assert_eq!(direct["missing_exists"], through["missing_exists"]);
+    support::compatibility::record(
+        "iceberg-js-seaweedfs",
+        serde_json::json!({ "client": "iceberg-js 1.0", "catalog": "SeaweedFS 4.48",
+                            "policy": "passthrough", "identical": true, "local_304s": 2 }),
+    );
 }

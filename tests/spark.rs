@@ -7,7 +7,7 @@
 mod support;
 
 use serde_json::{json, Value};
-use support::jvm::{seaweedfs_client, Spark};
+use support::jvm::{client, seaweedfs_client, ReferenceCatalog, Spark};
 use support::relay::Relay;
 use support::{catalog, unique, Icecache};
 
@@ -59,12 +59,12 @@ fn loads(relay: &Relay) -> usize {
         .count()
 }
 
-/// Registers a Spark catalog for `uri` and returns its name.
-async fn spark_catalog(uri: &str) -> String {
+/// Registers a Spark catalog with these properties and returns its name.
+async fn spark_catalog(properties: Value) -> String {
     let name = unique("c");
     Spark::shared()
         .await
-        .call(json!({ "op": "catalog", "name": name, "properties": seaweedfs_client(uri) }))
+        .call(json!({ "op": "catalog", "name": name, "properties": properties }))
         .await;
     name
 }
@@ -96,29 +96,41 @@ async fn run_workload(catalog: &str, relay: &Relay) -> Vec<(Value, usize)> {
     results
 }
 
-#[tokio::test]
-async fn spark_sql_through_icecache_returns_the_same_rows_as_directly() {
-    let around = Relay::start(&catalog()).await;
-    let behind = Relay::start(&catalog()).await;
+/// The workload directly and through icecache in front of the catalog at `upstream`; prints
+/// and records the loads per query.
+async fn same_rows_both_ways(
+    row: &str,
+    catalog_name: &str,
+    upstream: &str,
+    client: fn(&str) -> Value,
+) {
+    let around = Relay::start(upstream).await;
+    let behind = Relay::start(upstream).await;
     let icecache = Icecache::start(&behind.url, &[]).await;
-    let direct = spark_catalog(&around.url).await;
-    let through = spark_catalog(&icecache.url).await;
+    let direct = spark_catalog(client(&around.url)).await;
+    let through = spark_catalog(client(&icecache.url)).await;
     let directly = run_workload(&direct, &around).await;
     let cached = run_workload(&through, &behind).await;
-    println!("catalog loadTable calls per query: directly | through icecache | query");
+    println!(
+        "{catalog_name}: catalog loadTable calls per query: directly | through icecache | query"
+    );
     for (i, query) in WORKLOAD.iter().enumerate() {
         assert_eq!(cached[i].0, directly[i].0, "rows of {query}");
         println!("{:>4} | {:>4} | {query:.100}", directly[i].1, cached[i].1);
     }
-    let (total_direct, total_cached): (usize, usize) = directly
-        .iter()
-        .zip(&cached)
-        .map(|(d, c)| (d.1, c.1))
-        .fold((0, 0), |(a, b), (d, c)| (a + d, b + c));
+    let total_direct: usize = directly.iter().map(|r| r.1).sum();
+    let total_cached: usize = cached.iter().map(|r| r.1).sum();
     println!("total: {total_direct} directly, {total_cached} through icecache");
+    let local = support::metric(
+        &icecache.metrics().await,
+        "icecache_cache_not_modified_total",
+    );
     support::compatibility::record(
-        "spark",
-        json!({ "queries": WORKLOAD.len(), "loads_direct": total_direct, "loads_through": total_cached }),
+        row,
+        json!({ "client": "Spark 3.5.8 (Iceberg 1.11.0 runtime)", "catalog": catalog_name,
+                "policy": "passthrough", "identical": true, "queries": WORKLOAD.len(),
+                "loads_direct": total_direct, "loads_through": total_cached,
+                "local_304s": local }),
     );
     assert!(total_direct > 0, "the workload loaded tables");
     assert!(
@@ -135,6 +147,29 @@ async fn spark_sql_through_icecache_returns_the_same_rows_as_directly() {
 }
 
 #[tokio::test]
+async fn spark_sql_through_icecache_returns_the_same_rows_as_directly_from_seaweedfs() {
+    same_rows_both_ways(
+        "spark-seaweedfs",
+        "SeaweedFS 4.48",
+        &catalog(),
+        seaweedfs_client,
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn spark_sql_through_icecache_returns_the_same_rows_as_directly_from_the_reference_catalog() {
+    let reference = ReferenceCatalog::shared().await;
+    same_rows_both_ways(
+        "spark-reference",
+        "Iceberg reference server 1.11.0",
+        &reference.url,
+        client,
+    )
+    .await;
+}
+
+#[tokio::test]
 async fn concurrent_spark_writers_land_every_commit_through_icecache_as_directly() {
     let around = Relay::start(&catalog()).await;
     let behind = Relay::start(&catalog()).await;
@@ -144,7 +179,7 @@ async fn concurrent_spark_writers_land_every_commit_through_icecache_as_directly
         (around.url.clone(), &around),
         (icecache.url.clone(), &behind),
     ] {
-        let catalog = spark_catalog(&uri).await;
+        let catalog = spark_catalog(seaweedfs_client(&uri)).await;
         let table = format!("{catalog}.{}.events", unique("race"));
         let namespace = table.rsplit_once('.').unwrap().0.to_owned();
         spark

@@ -104,11 +104,16 @@ async fn same_rows_both_ways(
     let total_direct: usize = directly.iter().map(|r| r.1).sum();
     let total_cached: usize = cached.iter().map(|r| r.1).sum();
     println!("total: {total_direct} directly, {total_cached} through icecache");
+    let local = support::metric(
+        &icecache.metrics().await,
+        "icecache_cache_not_modified_total",
+    );
     support::compatibility::record(
         row,
         json!({ "client": "Trino 476", "catalog": catalog_name, "policy": "passthrough",
                 "identical": true, "queries": WORKLOAD.len(),
-                "loads_direct": total_direct, "loads_through": total_cached }),
+                "loads_direct": total_direct, "loads_through": total_cached,
+                "local_304s": local }),
     );
     assert!(total_direct > 0, "the workload loaded tables");
     assert!(

@@ -20,21 +20,26 @@ S3 = os.environ.get("ICECACHE_TEST_S3", "http://127.0.0.1:8333")
 SCHEMA = pa.schema([pa.field("id", pa.int64()), pa.field("name", pa.string())])
 
 
+# ICECACHE_PY_CATALOG=plain: a catalog with no prefix and no OAuth (Iceberg's reference
+# server); ICECACHE_PY_OWN_KEYS=0: the client brings no S3 keys (the catalog, or icecache's
+# inject policy, gives them).
+PLAIN = os.environ.get("ICECACHE_PY_CATALOG") == "plain"
+OWN_KEYS = os.environ.get("ICECACHE_PY_OWN_KEYS", "1") == "1"
+
+
 def catalog(uri, **extra):
-    return RestCatalog(
-        "test",
-        uri=uri,
-        prefix="warehouse",
-        credential="admin:adminsecret",
-        **{
-            "s3.endpoint": S3,
-            "s3.path-style-access": "true",
-            "s3.region": "us-east-1",
-            "s3.access-key-id": "admin",
-            "s3.secret-access-key": "adminsecret",
-        },
-        **extra,
-    )
+    properties = {
+        "s3.endpoint": S3,
+        "s3.path-style-access": "true",
+        "s3.region": "us-east-1",
+    }
+    if OWN_KEYS:
+        properties["s3.access-key-id"] = "admin"
+        properties["s3.secret-access-key"] = "adminsecret"
+    if not PLAIN:
+        properties["prefix"] = "warehouse"
+        properties["credential"] = "admin:adminsecret"
+    return RestCatalog("test", uri=uri, **properties, **extra)
 
 
 def main():

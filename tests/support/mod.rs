@@ -499,11 +499,18 @@ pub fn python() -> PathBuf {
 
 /// Runs the pyiceberg client script against `uri` and returns the JSON it printed.
 pub fn pyiceberg(uri: &str, args: &[&str]) -> Value {
+    pyiceberg_with(uri, args, &[])
+}
+
+/// `pyiceberg` with environment variables for the script (`ICECACHE_PY_CATALOG=plain`,
+/// `ICECACHE_PY_OWN_KEYS=0`).
+pub fn pyiceberg_with(uri: &str, args: &[&str], env: &[(&str, &str)]) -> Value {
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/py/iceberg_client.py");
     let output = Command::new(python())
         .arg(script)
         .arg(uri)
         .args(args)
+        .envs(env.iter().copied())
         .output()
         .expect("pyiceberg runs (install it with scripts/test-env.sh)");
     assert!(
