@@ -253,8 +253,8 @@ pub fn table_result(
         // A whole set, as a catalog vends one: the Java client refuses half a key pair.
         storage = json!([{ "prefix": format!("s3://bucket/{table}"),
                            "config": { "s3.access-key-id": format!("SC-{caller}-{n}"),
-                                       "s3.secret-access-key": format!("SC-secret-{caller}-{n}"),
-                                       "s3.session-token": format!("SC-token-{caller}-{n}"),
+                                       "s3.secret-access-key": format!("SC-{caller}-{n}-secret"),
+                                       "s3.session-token": format!("SC-{caller}-{n}-token"),
                                        "s3.session-token-expires-at-ms":
                                            (expires.as_millis() as u64).to_string() } }]);
     }
