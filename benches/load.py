@@ -19,11 +19,12 @@ entries. Every row alternates the servers across ROUNDS rounds (the order rotate
 and reports the median with min-max, and CPU per request read from /proc (the server's
 processes only; the load generator is not counted).
 
-usage: python3 benches/load.py [--duration S] [--rounds N] [--connections N] [--readme]
+usage: python3 benches/load.py [--duration S] [--rounds N] [--connections N] [--docs]
                               [--only ROW[,ROW...]]
-  --readme  writes the results into README.md between the load-benchmark markers
+  --docs    writes the results into docs/performance.md between the load-benchmark markers
+            (--readme is the same flag under its old name)
   --only    runs only these rows (5k, 50k, 304, 2m, tls, herd, memory), for work in progress;
-            the README is only ever written from a whole run
+            the docs are only ever written from a whole run
 needs: cargo, wrk, h2load, nginx, varnishd, openssl:
   apt-get install wrk nghttp2-client nginx-light varnish openssl
 """
@@ -431,14 +432,14 @@ def main():
     parser.add_argument("--duration", type=int, default=5)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--connections", type=int, default=64)
-    parser.add_argument("--readme", action="store_true")
+    parser.add_argument("--docs", "--readme", dest="docs", action="store_true")
     parser.add_argument("--only", type=lambda v: set(v.split(",")), default=None)
     options = parser.parse_args()
     if options.rounds < 3:
         sys.exit("--rounds must be at least 3")
     rows = {"5k", "50k", "304", "2m", "tls", "herd", "memory"}
-    if options.only is not None and (options.readme or not options.only <= rows):
-        sys.exit(f"--only takes rows of {sorted(rows)}, and never with --readme")
+    if options.only is not None and (options.docs or not options.only <= rows):
+        sys.exit(f"--only takes rows of {sorted(rows)}, and never with --docs")
     wanted = lambda name: options.only is None or name in options.only
     for tool in ["wrk", "h2load", "nginx", "varnishd", "openssl", "cargo"]:
         if not shutil.which(tool):
@@ -511,8 +512,8 @@ def main():
     finally:
         ps.stop_all()
         shutil.rmtree(workdir, ignore_errors=True)
-    if options.readme:
-        write_readme(started, options, sections)
+    if options.docs:
+        write_docs(started, options, sections)
 
 
 def row_per_server(title, servers, etags, options, connections, upstream_port):
@@ -529,13 +530,13 @@ def row_per_server(title, servers, etags, options, connections, upstream_port):
             "connections": connections}
 
 
-def write_readme(day, options, sections):
+def write_docs(day, options, sections):
     setup = "\n".join(f"- {line}" for line in versions())
     vcl = VARNISH_VCL % {"upstream": 0}
     nginx = NGINX_CONF.format(user="", dir="DIR", upstream="UPSTREAM", port="PORT", tls_port="TLS_PORT",
                               cert="cert.pem", key="key.pem")
     text = f"""{BEGIN}
-Written by `python3 benches/load.py --readme` on {day} from one run (never edited by hand):
+Written by `python3 benches/load.py --docs` on {day} from one run (never edited by hand):
 {options.rounds} alternating rounds of {options.duration} s per server and row, wrk -t2 (h2load -t2
 for HTTP/2), servers and load generator sharing the machine:
 {setup}
@@ -562,13 +563,13 @@ Varnish ran as `varnishd -F -n DIR -a 127.0.0.1:PORT -T none -f default.vcl -s m
 {vcl.strip()}
 ```
 {END}"""
-    readme = os.path.join(ROOT, "README.md")
-    content = open(readme).read()
+    docs = os.path.join(ROOT, "docs", "performance.md")
+    content = open(docs).read()
     if BEGIN not in content or END not in content:
-        sys.exit("README.md has no load-benchmark markers")
+        sys.exit("docs/performance.md has no load-benchmark markers")
     head, rest = content.split(BEGIN, 1)
     tail = rest.split(END, 1)[1]
-    with open(readme, "w") as f:
+    with open(docs, "w") as f:
         f.write(head + text + tail)
 
 

@@ -1,23 +1,17 @@
-//! The README's configuration table says what the code does: every default it writes is the
+//! docs/configuration.md's table says what the code does: every default it writes is the
 //! code's `DEFAULT_*` constant, and every flag it names is one `icecache --help` lists.
 
 use std::path::Path;
 use std::process::Command;
 
-fn readme() -> String {
-    std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md"))
-        .expect("README.md")
+fn configuration_doc() -> String {
+    std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/configuration.md"))
+        .expect("docs/configuration.md")
 }
 
 /// The rows of the configuration table: (key cell, flag cell, default cell).
 fn configuration_rows() -> Vec<(String, String, String)> {
-    let text = readme();
-    let section = text
-        .split("## Configuration")
-        .nth(1)
-        .and_then(|rest| rest.split("\n## ").next())
-        .expect("a Configuration section");
-    section
+    configuration_doc()
         .lines()
         .filter(|l| l.starts_with("| `"))
         .map(|l| {
@@ -32,23 +26,23 @@ fn configuration_rows() -> Vec<(String, String, String)> {
 }
 
 #[test]
-fn every_default_in_the_readme_is_the_codes() {
+fn every_default_in_the_configuration_doc_is_the_codes() {
     let rows = configuration_rows();
     for (key, default) in icecache::config::documented_defaults() {
         let row = rows
             .iter()
             .find(|(keys, _, _)| keys.split(", ").any(|k| k == format!("`{key}`")))
-            .unwrap_or_else(|| panic!("README has no row for `{key}`"));
+            .unwrap_or_else(|| panic!("docs/configuration.md has no row for `{key}`"));
         assert!(
             row.2.contains(&format!("`{default}`")),
-            "README says the default of `{key}` is {:?}; the code says `{default}`",
+            "docs/configuration.md says the default of `{key}` is {:?}; the code says `{default}`",
             row.2
         );
     }
 }
 
 #[test]
-fn every_flag_in_the_readme_exists() {
+fn every_flag_in_the_configuration_doc_exists() {
     let help = Command::new(env!("CARGO_BIN_EXE_icecache"))
         .arg("--help")
         .output()
@@ -59,7 +53,7 @@ fn every_flag_in_the_readme_exists() {
             let flag = flag.trim_matches('`');
             assert!(
                 help.contains(flag),
-                "README names {flag}, which --help does not list"
+                "docs/configuration.md names {flag}, which --help does not list"
             );
         }
     }
