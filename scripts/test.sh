@@ -106,6 +106,20 @@ if [ "$#" -eq 0 ]; then
     cargo test --locked --manifest-path tests/rust-client/Cargo.toml 2>&1 | tee -a "$work/test.log"
 fi
 
+# The newcomer's demo (scripts/demo.sh), once, non-interactive, with the binary just built: it
+# must show each thing it promises.
+demo=0
+if [ "$#" -eq 0 ]; then
+  ICECACHE_BIN="$root/target/debug/icecache" bash scripts/demo.sh >"$work/demo.log" 2>&1 || {
+    echo "test.sh: scripts/demo.sh failed:" >&2; cat "$work/demo.log" >&2; exit 1; }
+  for shown in "x-cache: MISS" "x-cache: HIT" " 304 " "commit seen" "hit ratio" "no secret"; do
+    grep -qF -- "$shown" "$work/demo.log" || {
+      echo "test.sh: scripts/demo.sh did not show \"$shown\":" >&2; cat "$work/demo.log" >&2; exit 1; }
+  done
+  echo "test.sh: scripts/demo.sh ran and showed MISS, HIT, 304, a commit seen, the hit ratio and strip"
+  demo=1
+fi
+
 # The compatibility matrix in docs/compatibility.md, from what this whole run recorded.
 if [ "$#" -eq 0 ]; then
   python3 scripts/compatibility.py
@@ -118,4 +132,4 @@ ignored=$(awk '/^test result: ok\./ { sum += $8 } END { print sum + 0 }' "$work/
 # Tests that returned early because something was missing (cargo counts them as passed).
 early=0
 if [ -f "$work/skips" ]; then early=$(wc -l < "$work/skips"); fi
-echo "icecache: $(( passed - early )) passed, $(( early + ignored )) skipped, 0 failed"
+echo "icecache: $(( passed - early + demo )) passed, $(( early + ignored )) skipped, 0 failed"
