@@ -285,3 +285,36 @@ async fn a_table_exists_check_never_shows_the_catalogs_etag() {
         .unwrap();
     assert!(head.headers().get(ETAG).is_none_or(|t| t != "\"v1\""));
 }
+
+#[tokio::test]
+async fn a_304_names_the_representation_the_request_would_get() {
+    // Padding makes the body worth a gzip copy, with a tag of its own.
+    let catalog = standin(Shape {
+        padding: 4096,
+        ..Shape::default()
+    })
+    .await;
+    let icecache = Icecache::start(&catalog.url, &["--fresh-for", "1h"]).await;
+    let gzip = [("accept-encoding", "gzip")];
+    let plain = [("accept-encoding", "identity")];
+    let plain_tag = load(&icecache, "", &plain).await.headers()[ETAG].clone();
+    let gzip_tag = load(&icecache, "", &gzip).await.headers()[ETAG].clone();
+    assert_ne!(plain_tag, gzip_tag);
+    let plain_tag = plain_tag.to_str().unwrap();
+    let gzip_tag = gzip_tag.to_str().unwrap();
+    for (held, accept, expected) in [
+        (plain_tag, &plain, 304),
+        (gzip_tag, &gzip, 304),
+        // The client holds one representation and asks for the other: it gets the body.
+        (gzip_tag, &plain, 200),
+        (plain_tag, &gzip, 200),
+    ] {
+        let mut headers = vec![(IF_NONE_MATCH.as_str(), held)];
+        headers.extend_from_slice(accept);
+        let response = load(&icecache, "", &headers).await;
+        assert_eq!(response.status(), expected, "holding {held}, {accept:?}");
+        if expected == 304 {
+            assert_eq!(response.headers()[ETAG], held, "the 304 names what the client holds");
+        }
+    }
+}

@@ -38,12 +38,12 @@ pub fn from_entry(
     let now = Instant::now();
     let content = &entry.content;
     let gzip = content.gzip.as_ref().filter(|_| caller.accepts_gzip);
+    // The tag of the representation this request would get (RFC 9110 §13.1.2): a 304 carries
+    // it, so a client that holds the other representation gets that one in full instead of a
+    // 304 naming a tag it never received.
+    let selected = gzip.map_or(&content.etag, |g| &g.etag);
     let names_this_version = !caller.if_none_match.is_empty()
-        && (if_none_match_matches(&caller.if_none_match, &content.etag)
-            || content
-                .gzip
-                .as_ref()
-                .is_some_and(|g| if_none_match_matches(&caller.if_none_match, &g.etag)));
+        && if_none_match_matches(&caller.if_none_match, selected);
     let mut response = if names_this_version && entry.credentials_servable(now) {
         metrics.cache_not_modified.inc();
         let mut r = Response::new(empty());
@@ -55,8 +55,7 @@ pub fn from_entry(
                 r.headers_mut().append(name.clone(), value.clone());
             }
         }
-        let etag = gzip.map_or(&content.etag, |g| &g.etag);
-        r.headers_mut().insert(header::ETAG, etag.clone());
+        r.headers_mut().insert(header::ETAG, selected.clone());
         r
     } else if let Some(gzip) = gzip {
         let mut r = Response::new(full(gzip.body.clone()));
