@@ -7,7 +7,8 @@ use http::{HeaderMap, HeaderValue, Method};
 use crate::cache::CacheKey;
 use crate::catalog::route::{classify, Operation};
 use crate::catalog::writes;
-use crate::config::{RawSettings, Settings};
+use crate::config::keys::{Kind, KEYS};
+use crate::config::{Raw, Settings};
 use crate::policy::credentials::{self, Layout};
 use crate::policy::identity::Scope;
 use crate::policy::KeyPatterns;
@@ -123,30 +124,34 @@ fn strip_with(data: &[u8], patterns: &KeyPatterns, layout: Layout) {
     }
 }
 
-/// The config parser and validator on arbitrary TOML. File paths are cleared first: the
-/// validator reads the files they name, and a fuzzer must not read the machine's files.
+/// The config reader and validator on arbitrary TOML. Keys that name files are dropped first:
+/// the validator reads the files they name, and a fuzzer must not read the machine's files.
 pub fn config(data: &[u8]) {
     let Ok(text) = std::str::from_utf8(data) else {
         return;
     };
-    let Ok(mut settings) = toml::from_str::<RawSettings>(text) else {
+    let Ok((mut raw, _)) = Raw::from_toml(text) else {
         return;
     };
-    settings.tls_cert = None;
-    settings.tls_key = None;
-    settings.tls_client_ca = None;
-    settings.upstream_ca = None;
-    settings.upstream_client_cert = None;
-    settings.upstream_client_key = None;
-    settings.cluster.key_file = None;
-    settings.events.seaweedfs_token_file = None;
-    settings.inject = None;
-    if let Some(prefixes) = settings.prefixes.as_mut() {
-        for policy in prefixes.values_mut() {
-            policy.inject = None;
-        }
+    for key in KEYS
+        .iter()
+        .filter(|k| k.kind == Kind::Path || k.name == "inject")
+    {
+        raw.set(key.name, None);
     }
-    let _ = Settings::try_from(settings);
+    if let Some(toml::Value::Table(prefixes)) = raw.get("prefixes").cloned() {
+        let without_inject: toml::Table = prefixes
+            .into_iter()
+            .map(|(name, mut policy)| {
+                if let toml::Value::Table(policy) = &mut policy {
+                    policy.remove("inject");
+                }
+                (name, policy)
+            })
+            .collect();
+        raw.set("prefixes", Some(toml::Value::Table(without_inject)));
+    }
+    let _ = Settings::try_from(&raw);
 }
 
 /// Both event readers on arbitrary bytes: a SeaweedFS filer POST and a Lakekeeper CloudEvent.

@@ -22,6 +22,7 @@ pub mod origin;
 pub mod policy;
 pub mod proxy;
 pub mod run;
+pub mod secret;
 pub mod state;
 pub mod wire;
 

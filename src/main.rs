@@ -16,34 +16,40 @@ fn main() -> ExitCode {
         }
     };
     match cli.command {
-        Some(Command::Probe { url }) => match probe::probe(&url) {
+        Command::Keys { toml } => {
+            if toml {
+                print!("{}", config::reference::example_file());
+            } else {
+                print!("{}", config::reference::table());
+            }
+            ExitCode::SUCCESS
+        }
+        Command::Probe { url } => match probe::probe(&url) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("icecache probe: {e}");
                 ExitCode::FAILURE
             }
         },
-        Some(Command::CheckConfig { file }) => {
-            match config::check_file(file.clone(), &cli.settings) {
-                Ok(settings) => {
-                    print!(
-                        "{} is valid; effective settings:\n{}",
-                        file.display(),
-                        settings.describe()
-                    );
-                    ExitCode::SUCCESS
-                }
-                Err(e) => {
-                    eprintln!("icecache: {e}");
-                    ExitCode::from(EXIT_CONFIG)
-                }
+        Command::CheckConfig { file } => match config::check_file(file.clone(), &cli.settings) {
+            Ok(settings) => {
+                print!(
+                    "{} is valid; effective settings:\n{}",
+                    file.display(),
+                    settings.describe()
+                );
+                ExitCode::SUCCESS
             }
-        }
-        None => serve(cli.settings),
+            Err(e) => {
+                eprintln!("icecache: {e}");
+                ExitCode::from(EXIT_CONFIG)
+            }
+        },
+        Command::Run => serve(cli.settings),
     }
 }
 
-fn serve(cli: config::RawSettings) -> ExitCode {
+fn serve(cli: config::Raw) -> ExitCode {
     let settings = match config::load(&cli) {
         Ok(settings) => settings,
         Err(e) => {

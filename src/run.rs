@@ -17,7 +17,7 @@ use tower_http::sensitive_headers::SetSensitiveRequestHeadersLayer;
 
 use crate::cache::Cache;
 use crate::cluster::Cluster;
-use crate::config::{self, RawSettings, Settings};
+use crate::config::{Raw, Settings};
 use crate::events::{self, Liveness, SourceId};
 use crate::listener::server::{self, Limits};
 use crate::listener::{header_case, tls};
@@ -55,7 +55,7 @@ pub enum RunError {
 /// How to re-read the configuration on SIGHUP: the command line's raw settings (flags and
 /// environment, which still win over the file) and the log filter to update.
 pub struct Reload {
-    pub cli: RawSettings,
+    pub cli: Raw,
     pub set_log_level: SetLogLevel,
 }
 
@@ -279,8 +279,8 @@ async fn reload_on_sighup(state: Arc<State>, reload: Reload, mut shutdown: watch
 }
 
 fn reload_now(state: &State, reload: &Reload) {
-    let new = match config::load(&reload.cli) {
-        Ok(new) => new,
+    let (new, kept) = match state.settings().reloaded(&reload.cli) {
+        Ok(reloaded) => reloaded,
         Err(e) => {
             state.metrics.reload("rejected");
             tracing::error!(error = %e, "configuration reload refused; the running configuration stays");
@@ -290,7 +290,7 @@ fn reload_now(state: &State, reload: &Reload) {
     if let Err(e) = (reload.set_log_level)(&new.log_level) {
         tracing::warn!(error = %e, "log level not changed");
     }
-    let kept = state.reload(new);
+    state.put_in_force(new);
     if !kept.is_empty() {
         tracing::warn!(
             keys = ?kept,

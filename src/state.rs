@@ -55,11 +55,8 @@ impl State {
         self.settings.load_full()
     }
 
-    /// Puts `new` in force, keeping what only a restart can change; returns the keys whose
-    /// new values were not applied.
-    pub fn reload(&self, new: Settings) -> Vec<&'static str> {
-        let (applied, kept) = self.settings().reloaded(new);
-        self.settings.store(Arc::new(applied));
-        kept
+    /// Puts new settings in force.
+    pub fn put_in_force(&self, settings: Settings) {
+        self.settings.store(Arc::new(settings));
     }
 }

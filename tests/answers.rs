@@ -314,7 +314,11 @@ async fn a_304_names_the_representation_the_request_would_get() {
         let response = load(&icecache, "", &headers).await;
         assert_eq!(response.status(), expected, "holding {held}, {accept:?}");
         if expected == 304 {
-            assert_eq!(response.headers()[ETAG], held, "the 304 names what the client holds");
+            assert_eq!(
+                response.headers()[ETAG],
+                held,
+                "the 304 names what the client holds"
+            );
         }
     }
 }

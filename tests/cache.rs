@@ -594,16 +594,22 @@ async fn a_gzip_copy_is_made_once_per_entry_and_served_to_clients_that_accept_it
         assert_eq!(decoded, identity_body);
     }
     assert_ne!(gzip_tag, identity_tag);
-    for tag in [&gzip_tag, &identity_tag] {
+    // Each tag gets its 304 from a request that would get its representation; the other
+    // representation's tag gets the body.
+    for (tag, accept, status) in [
+        (&gzip_tag, "gzip", 304),
+        (&identity_tag, "identity", 304),
+        (&identity_tag, "gzip", 200),
+    ] {
         let revalidated = s
             .api
             .get(&s.path())
-            .header("accept-encoding", "gzip")
+            .header("accept-encoding", accept)
             .header(IF_NONE_MATCH, tag.as_str())
             .send()
             .await
             .unwrap();
-        assert_eq!(revalidated.status(), 304, "{tag}");
+        assert_eq!(revalidated.status(), status, "{tag} with {accept}");
     }
     let metrics = s.icecache.metrics().await;
     assert_eq!(metric(&metrics, "icecache_cache_compressions_total"), 1.0);

@@ -42,8 +42,8 @@ pub fn from_entry(
     // it, so a client that holds the other representation gets that one in full instead of a
     // 304 naming a tag it never received.
     let selected = gzip.map_or(&content.etag, |g| &g.etag);
-    let names_this_version = !caller.if_none_match.is_empty()
-        && if_none_match_matches(&caller.if_none_match, selected);
+    let names_this_version =
+        !caller.if_none_match.is_empty() && if_none_match_matches(&caller.if_none_match, selected);
     let mut response = if names_this_version && entry.credentials_servable(now) {
         metrics.cache_not_modified.inc();
         let mut r = Response::new(empty());

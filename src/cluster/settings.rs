@@ -6,7 +6,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 /// What a load after a write answered by another replica is promised.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Consistency {
     /// It reflects the write: every lookup checks the tables' versions in Redis (batched).
@@ -25,7 +25,7 @@ impl Consistency {
 }
 
 /// What a replica does while Redis cannot be reached.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum OnRedisDown {
     /// Every load asks the catalog (coalesced only with loads that arrived before it asked), so
@@ -91,22 +91,6 @@ impl std::fmt::Debug for RedisUrl {
     }
 }
 
-pub const DEFAULT_CONSISTENCY: Consistency = Consistency::ReadYourWrites;
-pub const DEFAULT_ON_REDIS_DOWN: OnRedisDown = OnRedisDown::Revalidate;
-pub const DEFAULT_MAX_SHARED_BYTES: u64 = 4 << 20;
-pub const DEFAULT_LEASE: Duration = Duration::from_secs(5);
-pub const DEFAULT_BARRIER_INTERVAL: Duration = Duration::from_millis(2);
-pub const DEFAULT_REDIS_TIMEOUT: Duration = Duration::from_millis(500);
-pub const DEFAULT_MEMBER_TIMEOUT: Duration = Duration::from_secs(60);
-/// Well above a heartbeat's lease, so a replica is not forgotten while it is merely slow.
-pub const MIN_MEMBER_TIMEOUT: Duration = Duration::from_secs(5);
-/// Upper bounds: beyond them a setting is a typo, and Redis would refuse the numbers anyway
-/// (or a hit would wait for ever).
-pub const MAX_MEMBER_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
-pub const MAX_LEASE: Duration = Duration::from_secs(3600);
-pub const MAX_BARRIER_INTERVAL: Duration = Duration::from_secs(1);
-pub const MAX_REDIS_TIMEOUT: Duration = Duration::from_secs(60);
-pub const DEFAULT_KEY_PREFIX: &str = "icecache";
 /// The shortest cluster key file accepted.
 pub const MIN_KEY_BYTES: usize = 32;
 

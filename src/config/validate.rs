@@ -1,28 +1,22 @@
-//! Raw settings into typed `Settings`: every value checked and converted, every problem
-//! collected and reported in one run (each naming its key and what would be valid).
+//! The raw settings into typed `Settings`: every value read by its declaration
+//! (`values::Values`), then the rules that tie keys together; every problem collected and
+//! reported in one run (each naming its key and what would be valid).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
 
 use http::uri::Scheme;
 use http::{HeaderName, Uri};
 
-use super::units::{parse_duration, SizeText};
-use super::{
-    CacheSettings, ConfigError, RawCache, RawSettings, Secret, Settings, DEFAULT_ADMIN_LISTEN,
-    DEFAULT_AUTHZ_TTL, DEFAULT_CACHE_ENABLED, DEFAULT_CACHE_GZIP, DEFAULT_CACHE_MAX_BYTES,
-    DEFAULT_CACHE_MAX_ENTRY_BYTES, DEFAULT_CONNECT_TIMEOUT, DEFAULT_FRESH_FOR,
-    DEFAULT_HEADER_READ_TIMEOUT, DEFAULT_IDLE_TIMEOUT, DEFAULT_LISTEN, DEFAULT_LOG_FORMAT,
-    DEFAULT_LOG_LEVEL, DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_HEADER_BYTES,
-    DEFAULT_NAMESPACE_SEPARATOR, DEFAULT_REQUEST_TIMEOUT, DEFAULT_SHUTDOWN_GRACE,
-    DEFAULT_STALE_IF_ERROR, DEFAULT_STALE_WHILE_REVALIDATE, DEFAULT_TLS_RELOAD_INTERVAL,
-    MIN_MAX_HEADER_BYTES,
-};
+use super::raw::Raw;
+use super::values::Values;
+use super::{CacheSettings, ConfigError, Settings};
 use crate::listener::tls::{self, ListenerTls, UpstreamTls};
+use crate::ops::logging::LogFormat;
 use crate::origin::UpstreamUrl;
 use crate::policy::identity::identity_headers;
-use crate::policy::{self, KeyPatterns, PolicySettings};
+use crate::policy::{self, InjectSource, KeyPatterns, PolicySettings};
+use crate::secret::Secret;
 
 mod cluster;
 mod events;
@@ -51,78 +45,29 @@ impl std::fmt::Display for ConfigErrors {
 
 impl std::error::Error for ConfigErrors {}
 
-/// Collects problems while the settings are converted.
-#[derive(Default)]
-struct Problems(Vec<ConfigError>);
-
-impl Problems {
-    fn add(&mut self, key: &str, message: impl Into<String>) {
-        self.0.push(ConfigError::Invalid {
-            key: key.to_owned(),
-            message: message.into(),
-        });
-    }
-
-    /// The value, or `fallback` after noting the problem (so checking goes on).
-    fn or<T>(&mut self, key: &str, result: Result<T, String>, fallback: T) -> T {
-        result.unwrap_or_else(|message| {
-            self.add(key, message);
-            fallback
-        })
-    }
-
-    fn duration(&mut self, key: &str, value: Option<&str>, default: Duration) -> Duration {
-        let Some(text) = value else { return default };
-        let parsed = parse_duration(text).ok_or_else(|| {
-            format!(
-                "{text:?} is not a duration: use a whole number with a unit ms, s, m or h \
-                 (e.g. 250ms, 5s, 2m)"
-            )
-        });
-        self.or(key, parsed, default)
-    }
-
-    fn positive_duration(&mut self, key: &str, value: Option<&str>, default: Duration) -> Duration {
-        let d = self.duration(key, value, default);
-        if d.is_zero() {
-            self.add(key, "must be longer than 0s");
-            return default;
-        }
-        d
-    }
-
-    fn size(&mut self, key: &str, value: Option<&SizeText>, default: u64) -> u64 {
-        let Some(size) = value else { return default };
-        let parsed = size.bytes().ok_or_else(|| {
-            format!("{size:?} is not a size: use bytes or a number with KiB, MiB or GiB")
-        });
-        self.or(key, parsed, default)
-    }
-
-    fn addr(&mut self, key: &str, value: Option<&str>, default: &str) -> SocketAddr {
-        let text = value.unwrap_or(default);
-        let parsed = text.parse().map_err(|_| {
-            format!("{text:?} is not a socket address: use IP:PORT, e.g. 127.0.0.1:8181")
-        });
-        self.or(key, parsed, ([127, 0, 0, 1], 0).into())
-    }
+/// An address, `IP:PORT`.
+fn addr(v: &mut Values, name: &str) -> SocketAddr {
+    let text = v.text(name).unwrap_or_default();
+    let parsed = text
+        .parse()
+        .map_err(|_| format!("{text:?} is not a socket address: use IP:PORT, e.g. 127.0.0.1:8181"));
+    v.or(name, parsed, ([127, 0, 0, 1], 0).into())
 }
 
-impl TryFrom<RawSettings> for Settings {
+impl TryFrom<&Raw> for Settings {
     type Error = ConfigErrors;
 
-    fn try_from(raw: RawSettings) -> Result<Settings, ConfigErrors> {
-        let mut p = Problems::default();
-        let upstream = p.or("upstream", parse_upstream(raw.upstream.as_deref()), None);
-        let listen = p.addr("listen", raw.listen.as_deref(), DEFAULT_LISTEN);
-        let admin_listen = p.addr(
-            "admin_listen",
-            raw.admin_listen.as_deref(),
-            DEFAULT_ADMIN_LISTEN,
-        );
-        let admin_token = raw
-            .admin_token
-            .clone()
+    fn try_from(raw: &Raw) -> Result<Settings, ConfigErrors> {
+        let mut p = Values::new(raw);
+        let upstream = p.text("upstream");
+        let upstream = p.or("upstream", parse_upstream(upstream.as_deref()), None);
+        if let Some(upstream) = &upstream {
+            p.show("upstream", upstream.to_string());
+        }
+        let listen = addr(&mut p, "listen");
+        let admin_listen = addr(&mut p, "admin_listen");
+        let admin_token = p
+            .text("admin_token")
             .filter(|t| !t.is_empty())
             .map(Secret::new);
         if !admin_listen.ip().is_loopback() && admin_token.is_none() {
@@ -135,90 +80,46 @@ impl TryFrom<RawSettings> for Settings {
                 ),
             );
         }
-        let log_level = raw
-            .log_level
-            .clone()
-            .unwrap_or_else(|| DEFAULT_LOG_LEVEL.to_owned());
+        let log_level = p.text("log_level").unwrap_or_default();
         if let Err(e) = tracing_subscriber::EnvFilter::try_new(&log_level) {
             p.add(
                 "log_level",
                 format!("{log_level:?} is not a log filter: {e}"),
             );
         }
-        let timeout = |p: &mut Problems, key, value: &Option<String>, default| {
-            p.positive_duration(key, value.as_deref(), default)
-        };
-        let connect_timeout = timeout(
-            &mut p,
-            "connect_timeout",
-            &raw.connect_timeout,
-            DEFAULT_CONNECT_TIMEOUT,
-        );
-        let request_timeout = timeout(
-            &mut p,
-            "request_timeout",
-            &raw.request_timeout,
-            DEFAULT_REQUEST_TIMEOUT,
-        );
-        let header_read_timeout = timeout(
-            &mut p,
-            "header_read_timeout",
-            &raw.header_read_timeout,
-            DEFAULT_HEADER_READ_TIMEOUT,
-        );
-        let idle_timeout = timeout(
-            &mut p,
-            "idle_timeout",
-            &raw.idle_timeout,
-            DEFAULT_IDLE_TIMEOUT,
-        );
-        let shutdown_grace = p.duration(
-            "shutdown_grace",
-            raw.shutdown_grace.as_deref(),
-            DEFAULT_SHUTDOWN_GRACE,
-        );
-        let authz_ttl = timeout(&mut p, "authz_ttl", &raw.authz_ttl, DEFAULT_AUTHZ_TTL);
-        let max_header_bytes = p.size(
-            "max_header_bytes",
-            raw.max_header_bytes.as_ref(),
-            DEFAULT_MAX_HEADER_BYTES,
-        );
-        if max_header_bytes < MIN_MAX_HEADER_BYTES {
-            p.add(
-                "max_header_bytes",
-                format!("{max_header_bytes} is below the minimum of 8KiB"),
-            );
-        }
-        let max_connections = raw.max_connections.unwrap_or(DEFAULT_MAX_CONNECTIONS);
-        if max_connections == 0 {
-            p.add("max_connections", "must be at least 1");
-        }
+        let connect_timeout = p.duration("connect_timeout");
+        let request_timeout = p.duration("request_timeout");
+        let header_read_timeout = p.duration("header_read_timeout");
+        let idle_timeout = p.duration("idle_timeout");
+        let shutdown_grace = p.duration("shutdown_grace");
+        let authz_ttl = p.duration("authz_ttl");
+        let max_header_bytes = p.size("max_header_bytes");
+        let max_connections = p.count("max_connections").unwrap_or(1);
         let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let workers = raw.workers.map_or(Ok(cpus), |w| {
-            usize::try_from(w)
-                .ok()
-                .filter(|w| (1..=1024).contains(w))
-                .ok_or_else(|| format!("{w} workers: use 1 to 1024"))
-        });
-        let workers = p.or("workers", workers, cpus);
-        let namespace_separator = raw
-            .namespace_separator
-            .clone()
-            .unwrap_or_else(|| DEFAULT_NAMESPACE_SEPARATOR.to_owned());
+        let workers = p
+            .count("workers")
+            .map_or(cpus, |w| usize::try_from(w).unwrap_or(cpus));
+        p.show("workers", workers.to_string());
+        let namespace_separator = p.text("namespace_separator").unwrap_or_default();
         if namespace_separator.is_empty() || namespace_separator.contains('/') {
             p.add(
                 "namespace_separator",
                 "must be a non-empty URL-encoded separator without '/'",
             );
         }
-        let public_url = raw.public_url.as_deref().map(parse_public_url).transpose();
+        let public_url = p
+            .text("public_url")
+            .map(|u| parse_public_url(&u))
+            .transpose();
         let public_url = p.or("public_url", public_url, None);
-        let auth_headers: Vec<HeaderName> = raw
-            .auth_headers
+        let auth_headers: Vec<HeaderName> = p
+            .list("auth_headers")
             .iter()
             .flatten()
-            .map(|h| h.trim())
+            .map(|h| h.trim().to_owned())
             .filter(|h| !h.is_empty())
+            .collect::<Vec<_>>()
+            .into_iter()
             .filter_map(|h| match HeaderName::from_bytes(h.as_bytes()) {
                 Ok(name) => Some(name),
                 Err(_) => {
@@ -227,7 +128,7 @@ impl TryFrom<RawSettings> for Settings {
                 }
             })
             .collect();
-        let strip = Arc::new(match &raw.strip_keys {
+        let strip = Arc::new(match p.list("strip_keys") {
             Some(keys) if keys.iter().all(|k| k.trim().is_empty()) => {
                 p.add("strip_keys", "lists no key");
                 KeyPatterns::default()
@@ -245,16 +146,19 @@ impl TryFrom<RawSettings> for Settings {
             );
         }
         let base = PolicySettings {
-            identity: raw.identity,
-            credentials: raw.credentials,
-            inject: raw.inject.clone(),
+            identity: p.given_choice("identity"),
+            credentials: p.given_choice("credentials"),
+            inject: p.table::<std::collections::BTreeMap<String, InjectSource>>("inject"),
         };
-        let policies = match policy::build_all(
-            &base,
-            raw.prefixes.as_ref().unwrap_or(&Default::default()),
-            &strip,
-        ) {
-            Ok(policies) => Some(policies),
+        let prefixes = p
+            .table::<std::collections::BTreeMap<String, PolicySettings>>("prefixes")
+            .unwrap_or_default();
+        let policies = match policy::build_all(&base, &prefixes, &strip) {
+            Ok(policies) => {
+                p.show("identity", policies.default.identity.as_str());
+                p.show("credentials", policies.default.credentials.as_str());
+                Some(policies)
+            }
             Err(errors) => {
                 for (key, error) in errors {
                     p.add(&key, error.to_string());
@@ -262,25 +166,31 @@ impl TryFrom<RawSettings> for Settings {
                 None
             }
         };
-        let tls = listener_tls(&raw, &mut p);
-        let upstream_tls = upstream_tls(&raw, upstream.as_ref(), &mut p);
-        let cache = cache(&raw.cache, &mut p);
-        let cluster = cluster::settings(&raw.cluster, &mut p);
-        let events = events::settings(&raw.events, &mut p);
+        let tls = listener_tls(&mut p);
+        let upstream_tls = upstream_tls(upstream.as_ref(), &mut p);
+        let cache = cache(&mut p);
+        let cluster = cluster::settings(&mut p);
+        let events = events::settings(&mut p);
         if events.fresh_for.is_some_and(|f| f < cache.fresh_for) {
             p.add(
                 "events.fresh_for",
                 "must be at least cache.fresh_for (events lengthen freshness, never shorten it)",
             );
         }
+        let log_format = p
+            .choice::<LogFormat>("log_format")
+            .unwrap_or(LogFormat::Text);
+        let Values {
+            problems, shown, ..
+        } = p;
         match (upstream, policies) {
-            (Some(upstream), Some(policies)) if p.0.is_empty() => Ok(Settings {
+            (Some(upstream), Some(policies)) if problems.is_empty() => Ok(Settings {
                 upstream,
                 upstream_tls,
                 listen,
                 admin_listen,
                 tls,
-                log_format: raw.log_format.unwrap_or(DEFAULT_LOG_FORMAT),
+                log_format,
                 log_level,
                 connect_timeout,
                 request_timeout,
@@ -299,23 +209,22 @@ impl TryFrom<RawSettings> for Settings {
                 cache,
                 cluster,
                 events,
+                raw: raw.clone(),
+                shown,
             }),
-            _ => Err(ConfigErrors(p.0)),
+            _ => Err(ConfigErrors(problems)),
         }
     }
 }
 
-fn cache(raw: &RawCache, p: &mut Problems) -> CacheSettings {
-    let max_bytes = p.size(
-        "cache.max_bytes",
-        raw.max_bytes.as_ref(),
-        DEFAULT_CACHE_MAX_BYTES,
-    );
-    let max_entry_bytes = p.size(
-        "cache.max_entry_bytes",
-        raw.max_entry_bytes.as_ref(),
-        DEFAULT_CACHE_MAX_ENTRY_BYTES.min(max_bytes),
-    );
+fn cache(p: &mut Values) -> CacheSettings {
+    let max_bytes = p.size("cache.max_bytes");
+    let default_entry = super::keys::key("cache.max_entry_bytes")
+        .and_then(|k| k.default_value())
+        .and_then(super::units::parse_size)
+        .unwrap_or_default()
+        .min(max_bytes);
+    let max_entry_bytes = p.size_or("cache.max_entry_bytes", default_entry);
     if max_entry_bytes > max_bytes {
         p.add(
             "cache.max_entry_bytes",
@@ -326,38 +235,27 @@ fn cache(raw: &RawCache, p: &mut Problems) -> CacheSettings {
         );
     }
     CacheSettings {
-        enabled: raw.enabled.unwrap_or(DEFAULT_CACHE_ENABLED),
-        gzip: raw.gzip.unwrap_or(DEFAULT_CACHE_GZIP),
+        enabled: p.flag("cache.enabled"),
+        gzip: p.flag("cache.gzip"),
         max_bytes,
         max_entry_bytes,
-        fresh_for: p.duration(
-            "cache.fresh_for",
-            raw.fresh_for.as_deref(),
-            DEFAULT_FRESH_FOR,
-        ),
-        stale_while_revalidate: p.duration(
-            "cache.stale_while_revalidate",
-            raw.stale_while_revalidate.as_deref(),
-            DEFAULT_STALE_WHILE_REVALIDATE,
-        ),
-        stale_if_error: p.duration(
-            "cache.stale_if_error",
-            raw.stale_if_error.as_deref(),
-            DEFAULT_STALE_IF_ERROR,
-        ),
+        fresh_for: p.duration("cache.fresh_for"),
+        stale_while_revalidate: p.duration("cache.stale_while_revalidate"),
+        stale_if_error: p.duration("cache.stale_if_error"),
     }
 }
 
 /// The listener's TLS paths, loaded once here so a bad file fails the config check.
-fn listener_tls(raw: &RawSettings, p: &mut Problems) -> Option<ListenerTls> {
-    let reload_every = p.positive_duration(
-        "tls_reload_interval",
-        raw.tls_reload_interval.as_deref(),
-        DEFAULT_TLS_RELOAD_INTERVAL,
+fn listener_tls(p: &mut Values) -> Option<ListenerTls> {
+    let reload_every = p.duration("tls_reload_interval");
+    let (cert, key, client_ca) = (
+        p.path("tls_cert"),
+        p.path("tls_key"),
+        p.path("tls_client_ca"),
     );
-    let tls = match (&raw.tls_cert, &raw.tls_key) {
+    let tls = match (cert, key) {
         (None, None) => {
-            if raw.tls_client_ca.is_some() {
+            if client_ca.is_some() {
                 p.add(
                     "tls_client_ca",
                     "verifies client certificates on an HTTPS listener: set tls_cert and tls_key too",
@@ -366,9 +264,9 @@ fn listener_tls(raw: &RawSettings, p: &mut Problems) -> Option<ListenerTls> {
             return None;
         }
         (Some(cert), Some(key)) => ListenerTls {
-            cert: cert.clone(),
-            key: key.clone(),
-            client_ca: raw.tls_client_ca.clone(),
+            cert,
+            key,
+            client_ca,
             reload_every,
         },
         (Some(_), None) => {
@@ -386,14 +284,14 @@ fn listener_tls(raw: &RawSettings, p: &mut Problems) -> Option<ListenerTls> {
     Some(tls)
 }
 
-fn upstream_tls(
-    raw: &RawSettings,
-    upstream: Option<&UpstreamUrl>,
-    p: &mut Problems,
-) -> UpstreamTls {
-    let client_cert = match (&raw.upstream_client_cert, &raw.upstream_client_key) {
+fn upstream_tls(upstream: Option<&UpstreamUrl>, p: &mut Values) -> UpstreamTls {
+    let (cert, key) = (
+        p.path("upstream_client_cert"),
+        p.path("upstream_client_key"),
+    );
+    let client_cert = match (cert, key) {
         (None, None) => None,
-        (Some(cert), Some(key)) => Some((cert.clone(), key.clone())),
+        (Some(cert), Some(key)) => Some((cert, key)),
         (Some(_), None) => {
             p.add(
                 "upstream_client_key",
@@ -410,11 +308,9 @@ fn upstream_tls(
         }
     };
     let tls = UpstreamTls {
-        ca: raw.upstream_ca.clone(),
+        ca: p.path("upstream_ca"),
         client_cert,
-        reload_every: parse_duration(raw.tls_reload_interval.as_deref().unwrap_or("5s"))
-            .filter(|d| !d.is_zero())
-            .unwrap_or(DEFAULT_TLS_RELOAD_INTERVAL),
+        reload_every: p.duration("tls_reload_interval"),
     };
     let https = upstream.is_some_and(|u| u.scheme == Scheme::HTTPS);
     if https || tls.ca.is_some() || tls.client_cert.is_some() {
@@ -485,18 +381,23 @@ mod tests {
     use super::*;
     use crate::config::with_upstream;
 
+    fn settings(pairs: &[(&str, &str)]) -> Result<Settings, String> {
+        let pairs: Vec<(&str, toml::Value)> = pairs
+            .iter()
+            .map(|(k, v)| (*k, toml::Value::from(*v)))
+            .collect();
+        let raw = Raw::of(&pairs).map_err(|e| e.to_string())?;
+        Settings::try_from(&raw).map_err(|e| e.to_string())
+    }
+
     #[test]
     fn every_invalid_setting_is_reported_in_one_run() {
-        let raw = RawSettings {
-            listen: Some("nowhere".into()),
-            request_timeout: Some("soon".into()),
-            cache: RawCache {
-                fresh_for: Some("five".into()),
-                ..RawCache::default()
-            },
-            ..RawSettings::default()
-        };
-        let errors = Settings::try_from(raw).unwrap_err().to_string();
+        let errors = settings(&[
+            ("listen", "nowhere"),
+            ("request_timeout", "soon"),
+            ("cache.fresh_for", "five"),
+        ])
+        .unwrap_err();
         for key in [
             "`upstream`",
             "`listen`",
@@ -516,11 +417,7 @@ mod tests {
             "svc:hunter2@catalog",
             "http://svc:hunter2@",
         ] {
-            let raw = RawSettings {
-                upstream: Some(upstream.into()),
-                ..RawSettings::default()
-            };
-            let errors = Settings::try_from(raw).unwrap_err().to_string();
+            let errors = settings(&[("upstream", upstream)]).unwrap_err();
             assert!(errors.contains("`upstream`"), "{errors}");
             assert!(!errors.contains("hunter2"), "{upstream}: {errors}");
         }
@@ -528,41 +425,54 @@ mod tests {
 
     #[test]
     fn the_upstream_base_path_is_kept_without_its_trailing_slash() {
-        let raw = RawSettings {
-            upstream: Some("http://gravitino:9001/iceberg/".into()),
-            ..RawSettings::default()
-        };
-        let s = Settings::try_from(raw).unwrap();
+        let s = settings(&[("upstream", "http://gravitino:9001/iceberg/")]).unwrap();
         assert_eq!(s.upstream.base_path, "/iceberg");
         assert_eq!(s.upstream.authority.as_str(), "gravitino:9001");
     }
 
     #[test]
     fn an_admin_port_off_loopback_needs_a_token() {
-        let open = RawSettings {
-            admin_listen: Some("0.0.0.0:9181".into()),
-            ..with_upstream()
-        };
-        let errors = Settings::try_from(open.clone()).unwrap_err().to_string();
+        let open = [("upstream", "http://a:1"), ("admin_listen", "0.0.0.0:9181")];
+        let errors = settings(&open).unwrap_err();
         assert!(errors.contains("admin_token"), "{errors}");
-        let guarded = RawSettings {
-            admin_token: Some("t".into()),
-            ..open
-        };
-        assert!(Settings::try_from(guarded).is_ok());
+        let mut guarded = open.to_vec();
+        guarded.push(("admin_token", "t"));
+        assert!(settings(&guarded).is_ok());
     }
 
     #[test]
     fn an_entry_bound_above_the_cache_bound_is_refused() {
-        let raw = RawSettings {
-            cache: RawCache {
-                max_bytes: Some(SizeText::Text("1MiB".into())),
-                max_entry_bytes: Some(SizeText::Text("2MiB".into())),
-                ..RawCache::default()
-            },
-            ..with_upstream()
-        };
-        let errors = Settings::try_from(raw).unwrap_err().to_string();
+        let errors = settings(&[
+            ("upstream", "http://a:1"),
+            ("cache.max_bytes", "1MiB"),
+            ("cache.max_entry_bytes", "2MiB"),
+        ])
+        .unwrap_err();
         assert!(errors.contains("cache.max_entry_bytes"), "{errors}");
+    }
+
+    #[test]
+    fn bounds_come_from_the_declarations() {
+        let errors = settings(&[
+            ("upstream", "http://a:1"),
+            ("max_header_bytes", "4KiB"),
+            ("workers", "2000"),
+            ("connect_timeout", "0s"),
+            ("cluster.redis_url", "redis://r:6379"),
+            ("cluster.member_timeout", "1s"),
+        ])
+        .unwrap_err();
+        for (key, why) in [
+            ("max_header_bytes", "below the minimum of 8KiB"),
+            ("workers", "use 1 to 1024"),
+            ("connect_timeout", "longer than 0s"),
+            ("cluster.member_timeout", "at least 5s"),
+        ] {
+            assert!(
+                errors.contains(&format!("`{key}`: ")) && errors.contains(why),
+                "{key}: {errors}"
+            );
+        }
+        assert!(Settings::try_from(&with_upstream()).is_ok());
     }
 }

@@ -2,10 +2,8 @@
 
 use std::time::Duration;
 
-use crate::config::Secret;
+use crate::secret::Secret;
 
-/// Lakekeeper names warehouses by id; its REST prefix is that id unless a proxy maps it.
-pub const DEFAULT_PREFIX_TEMPLATE: &str = "{warehouse_id}";
 /// The JetStream durable consumer's name is `icecache-<hostname>` by default: each process
 /// must see every event (sidecars sharing one consumer would each get only some), and a
 /// process restarted on the same host resumes from its cursor.

@@ -19,7 +19,7 @@ use crate::wire::json::fold;
 pub use injection::{InjectSource, Injection};
 
 /// Who may be served a body made for another caller.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, clap::ValueEnum, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Identity {
     /// Callers never share entries (the scope is a hash of their credentials).
@@ -46,7 +46,7 @@ impl Identity {
 }
 
 /// What happens to credentials the catalog vends.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, clap::ValueEnum, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Credentials {
     Passthrough,

@@ -1,33 +1,19 @@
 //! The `[cluster]` table into `ClusterSettings`.
 
-use super::Problems;
-use crate::cluster::settings::{
-    ClusterKey, ClusterSettings, RedisUrl, DEFAULT_BARRIER_INTERVAL, DEFAULT_CONSISTENCY,
-    DEFAULT_KEY_PREFIX, DEFAULT_LEASE, DEFAULT_MAX_SHARED_BYTES, DEFAULT_MEMBER_TIMEOUT,
-    DEFAULT_ON_REDIS_DOWN, DEFAULT_REDIS_TIMEOUT, MAX_BARRIER_INTERVAL, MAX_LEASE,
-    MAX_MEMBER_TIMEOUT, MAX_REDIS_TIMEOUT, MIN_KEY_BYTES, MIN_MEMBER_TIMEOUT,
-};
-use crate::config::RawCluster;
+use crate::cluster::settings::{ClusterKey, ClusterSettings, RedisUrl, MIN_KEY_BYTES};
+use crate::cluster::{Consistency, OnRedisDown};
+use crate::config::keys::{needs, KEYS};
+use crate::config::values::Values;
 
 /// The `[cluster]` table: None without a Redis URL.
-pub(super) fn settings(raw: &RawCluster, p: &mut Problems) -> Option<ClusterSettings> {
-    let Some(url) = raw.redis_url.as_deref().filter(|u| !u.is_empty()) else {
+pub(super) fn settings(p: &mut Values) -> Option<ClusterSettings> {
+    let Some(url) = p.text("cluster.redis_url").filter(|u| !u.is_empty()) else {
         // Any cluster setting without Redis is a tier that lost its URL (a missing Secret):
         // running as an island would be silent.
-        for (key, set) in [
-            ("cluster.key_file", raw.key_file.is_some()),
-            ("cluster.consistency", raw.consistency.is_some()),
-            ("cluster.on_redis_down", raw.on_redis_down.is_some()),
-            ("cluster.max_shared_bytes", raw.max_shared_bytes.is_some()),
-            ("cluster.lease", raw.lease.is_some()),
-            ("cluster.barrier_interval", raw.barrier_interval.is_some()),
-            ("cluster.member_timeout", raw.member_timeout.is_some()),
-            ("cluster.redis_timeout", raw.redis_timeout.is_some()),
-            ("cluster.key_prefix", raw.key_prefix.is_some()),
-        ] {
-            if set {
+        for key in KEYS.iter() {
+            if needs(key.name) == Some("cluster.redis_url") && p.is_set(key.name) {
                 p.add(
-                    key,
+                    key.name,
                     "is set but cluster.redis_url is not: a tier needs its Redis (one process \
                      needs no cluster setting)",
                 );
@@ -35,13 +21,14 @@ pub(super) fn settings(raw: &RawCluster, p: &mut Problems) -> Option<ClusterSett
         }
         return None;
     };
-    let shown = RedisUrl(url.to_owned()).shown();
-    if !RedisUrl(url.to_owned()).is_tcp() {
+    let shown = RedisUrl(url.clone()).shown();
+    p.show("cluster.redis_url", shown.clone());
+    if !RedisUrl(url.clone()).is_tcp() {
         p.add(
             "cluster.redis_url",
             format!("{shown:?}: use redis://host:6379 or rediss://user@host:6380"),
         );
-    } else if let Err(e) = redis::IntoConnectionInfo::into_connection_info(url) {
+    } else if let Err(e) = redis::IntoConnectionInfo::into_connection_info(url.as_str()) {
         p.add(
             "cluster.redis_url",
             format!(
@@ -50,7 +37,7 @@ pub(super) fn settings(raw: &RawCluster, p: &mut Problems) -> Option<ClusterSett
             ),
         );
     }
-    let key = match &raw.key_file {
+    let key = match p.path("cluster.key_file") {
         None => {
             p.add(
                 "cluster.key_file",
@@ -59,7 +46,7 @@ pub(super) fn settings(raw: &RawCluster, p: &mut Problems) -> Option<ClusterSett
             );
             None
         }
-        Some(path) => match std::fs::read(path) {
+        Some(path) => match std::fs::read(&path) {
             Ok(bytes) if bytes.len() >= MIN_KEY_BYTES => Some(ClusterKey::derive(&bytes)),
             Ok(bytes) => {
                 p.add(
@@ -83,33 +70,11 @@ pub(super) fn settings(raw: &RawCluster, p: &mut Problems) -> Option<ClusterSett
             }
         },
     };
-    let max_shared_bytes = p.size(
-        "cluster.max_shared_bytes",
-        raw.max_shared_bytes.as_ref(),
-        DEFAULT_MAX_SHARED_BYTES,
-    );
-    let lease = p.positive_duration("cluster.lease", raw.lease.as_deref(), DEFAULT_LEASE);
-    let barrier_interval = p.duration(
-        "cluster.barrier_interval",
-        raw.barrier_interval.as_deref(),
-        DEFAULT_BARRIER_INTERVAL,
-    );
-    let member_timeout = p.duration(
-        "cluster.member_timeout",
-        raw.member_timeout.as_deref(),
-        DEFAULT_MEMBER_TIMEOUT,
-    );
-    if member_timeout < MIN_MEMBER_TIMEOUT {
-        p.add(
-            "cluster.member_timeout",
-            format!("must be at least {}s", MIN_MEMBER_TIMEOUT.as_secs()),
-        );
-    }
-    let redis_timeout = p.positive_duration(
-        "cluster.redis_timeout",
-        raw.redis_timeout.as_deref(),
-        DEFAULT_REDIS_TIMEOUT,
-    );
+    let max_shared_bytes = p.size("cluster.max_shared_bytes");
+    let lease = p.duration("cluster.lease");
+    let barrier_interval = p.duration("cluster.barrier_interval");
+    let member_timeout = p.duration("cluster.member_timeout");
+    let redis_timeout = p.duration("cluster.redis_timeout");
     if redis_timeout * 4 > member_timeout {
         p.add(
             "cluster.redis_timeout",
@@ -117,24 +82,7 @@ pub(super) fn settings(raw: &RawCluster, p: &mut Problems) -> Option<ClusterSett
              fail several commands before the others forget it)",
         );
     }
-    for (key, value, max) in [
-        ("cluster.lease", lease, MAX_LEASE),
-        (
-            "cluster.barrier_interval",
-            barrier_interval,
-            MAX_BARRIER_INTERVAL,
-        ),
-        ("cluster.member_timeout", member_timeout, MAX_MEMBER_TIMEOUT),
-        ("cluster.redis_timeout", redis_timeout, MAX_REDIS_TIMEOUT),
-    ] {
-        if value > max {
-            p.add(key, format!("must be at most {}s", max.as_secs()));
-        }
-    }
-    let key_prefix = raw
-        .key_prefix
-        .clone()
-        .unwrap_or_else(|| DEFAULT_KEY_PREFIX.to_owned());
+    let key_prefix = p.text("cluster.key_prefix").unwrap_or_default();
     // Letters, digits and `_-.` only: a glob character would widen the `~prefix:*` pattern
     // the Redis user is restricted to.
     let word = |c: char| c.is_ascii_alphanumeric() || "_-.".contains(c);
@@ -144,11 +92,17 @@ pub(super) fn settings(raw: &RawCluster, p: &mut Problems) -> Option<ClusterSett
             "must be 1 to 64 letters, digits, `_`, `-` or `.`",
         );
     }
+    let consistency = p
+        .choice::<Consistency>("cluster.consistency")
+        .unwrap_or(Consistency::ReadYourWrites);
+    let on_redis_down = p
+        .choice::<OnRedisDown>("cluster.on_redis_down")
+        .unwrap_or(OnRedisDown::Revalidate);
     Some(ClusterSettings {
-        redis_url: RedisUrl(url.to_owned()),
+        redis_url: RedisUrl(url),
         key: key?,
-        consistency: raw.consistency.unwrap_or(DEFAULT_CONSISTENCY),
-        on_redis_down: raw.on_redis_down.unwrap_or(DEFAULT_ON_REDIS_DOWN),
+        consistency,
+        on_redis_down,
         max_shared_bytes,
         lease,
         barrier_interval,

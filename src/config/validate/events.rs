@@ -1,40 +1,35 @@
 //! The `[events]` table into `EventsSettings`.
 
-use super::Problems;
-use crate::config::{RawEvents, Secret};
-use crate::events::settings::{
-    default_nats_consumer, EventsSettings, NatsSettings, DEFAULT_PREFIX_TEMPLATE,
-};
+use crate::config::keys::{needs, KEYS};
+use crate::config::values::Values;
+use crate::events::settings::{default_nats_consumer, EventsSettings, NatsSettings};
+use crate::secret::Secret;
 
-pub(super) fn settings(raw: &RawEvents, p: &mut Problems) -> EventsSettings {
-    let fresh_for = raw
-        .fresh_for
-        .as_deref()
-        .map(|text| p.duration("events.fresh_for", Some(text), Default::default()));
-    let seaweedfs_token =
-        raw.seaweedfs_token_file
-            .as_ref()
-            .and_then(|path| match std::fs::read_to_string(path) {
-                Ok(text) if !text.trim().is_empty() => Some(Secret::new(text.trim().to_owned())),
-                Ok(_) => {
-                    p.add(
-                        "events.seaweedfs_token_file",
-                        format!(
+pub(super) fn settings(p: &mut Values) -> EventsSettings {
+    let fresh_for = p.optional_duration("events.fresh_for");
+    let seaweedfs_token = p.path("events.seaweedfs_token_file").and_then(|path| {
+        match std::fs::read_to_string(&path) {
+            Ok(text) if !text.trim().is_empty() => Some(Secret::new(text.trim().to_owned())),
+            Ok(_) => {
+                p.add(
+                    "events.seaweedfs_token_file",
+                    format!(
                         "{} is empty: put the bearer_token of SeaweedFS's notification.toml in it",
                         path.display()
                     ),
-                    );
-                    None
-                }
-                Err(e) => {
-                    p.add(
-                        "events.seaweedfs_token_file",
-                        format!("cannot read {}: {e}", path.display()),
-                    );
-                    None
-                }
-            });
-    let nats = nats(raw, p);
+                );
+                None
+            }
+            Err(e) => {
+                p.add(
+                    "events.seaweedfs_token_file",
+                    format!("cannot read {}: {e}", path.display()),
+                );
+                None
+            }
+        }
+    });
+    let nats = nats(p);
     let settings = EventsSettings {
         fresh_for,
         seaweedfs_token,
@@ -50,20 +45,16 @@ pub(super) fn settings(raw: &RawEvents, p: &mut Problems) -> EventsSettings {
     settings
 }
 
-fn nats(raw: &RawEvents, p: &mut Problems) -> Option<NatsSettings> {
-    let Some(url) = raw.nats_url.as_deref().filter(|u| !u.is_empty()) else {
-        for (key, set) in [
-            ("events.nats_subject", raw.nats_subject.is_some()),
-            ("events.nats_stream", raw.nats_stream.is_some()),
-            ("events.nats_consumer", raw.nats_consumer.is_some()),
-            ("events.prefix_template", raw.prefix_template.is_some()),
-        ] {
-            if set {
-                p.add(key, "is set but events.nats_url is not");
+fn nats(p: &mut Values) -> Option<NatsSettings> {
+    let Some(url) = p.text("events.nats_url").filter(|u| !u.is_empty()) else {
+        for key in KEYS.iter() {
+            if needs(key.name) == Some("events.nats_url") && p.is_set(key.name) {
+                p.add(key.name, "is set but events.nats_url is not");
             }
         }
         return None;
     };
+    p.show("events.nats_url", crate::config::units::shown_url(&url));
     if !(url.starts_with("nats://") || url.starts_with("tls://")) {
         p.add(
             "events.nats_url",
@@ -71,7 +62,7 @@ fn nats(raw: &RawEvents, p: &mut Problems) -> Option<NatsSettings> {
         );
     }
     let word = |c: char| c.is_ascii_alphanumeric() || "_-".contains(c);
-    let subject = raw.nats_subject.clone().unwrap_or_default();
+    let subject = p.text("events.nats_subject").unwrap_or_default();
     if subject.is_empty() || subject.contains(char::is_whitespace) {
         p.add(
             "events.nats_subject",
@@ -79,7 +70,8 @@ fn nats(raw: &RawEvents, p: &mut Problems) -> Option<NatsSettings> {
              (LAKEKEEPER__NATS_TOPIC)",
         );
     }
-    if let Some(stream) = &raw.nats_stream {
+    let stream = p.text("events.nats_stream");
+    if let Some(stream) = &stream {
         if stream.is_empty() || !stream.chars().all(word) {
             p.add(
                 "events.nats_stream",
@@ -87,20 +79,17 @@ fn nats(raw: &RawEvents, p: &mut Problems) -> Option<NatsSettings> {
             );
         }
     }
-    let consumer = raw
-        .nats_consumer
-        .clone()
+    let consumer = p
+        .text("events.nats_consumer")
         .unwrap_or_else(default_nats_consumer);
+    p.show("events.nats_consumer", consumer.clone());
     if consumer.is_empty() || !consumer.chars().all(word) {
         p.add(
             "events.nats_consumer",
             "must be letters, digits, `_` or `-`",
         );
     }
-    let prefix_template = raw
-        .prefix_template
-        .clone()
-        .unwrap_or_else(|| DEFAULT_PREFIX_TEMPLATE.to_owned());
+    let prefix_template = p.text("events.prefix_template").unwrap_or_default();
     if !prefix_template.contains("{warehouse_id}") {
         p.add(
             "events.prefix_template",
@@ -109,9 +98,9 @@ fn nats(raw: &RawEvents, p: &mut Problems) -> Option<NatsSettings> {
         );
     }
     Some(NatsSettings {
-        url: url.to_owned(),
+        url,
         subject,
-        stream: raw.nats_stream.clone(),
+        stream,
         consumer,
         prefix_template,
     })
@@ -119,109 +108,82 @@ fn nats(raw: &RawEvents, p: &mut Problems) -> Option<NatsSettings> {
 
 #[cfg(test)]
 mod tests {
-    use crate::config::{with_upstream, RawEvents, RawSettings, Settings};
+    use crate::config::raw::Raw;
+    use crate::config::Settings;
 
-    fn with(events: RawEvents) -> Result<Settings, String> {
-        Settings::try_from(RawSettings {
-            events,
-            ..with_upstream()
-        })
-        .map_err(|e| e.to_string())
+    fn with(pairs: &[(&str, &str)]) -> Result<Settings, String> {
+        let mut all: Vec<(&str, toml::Value)> = vec![("upstream", "http://127.0.0.1:8181".into())];
+        all.extend(pairs.iter().map(|(k, v)| (*k, toml::Value::from(*v))));
+        Settings::try_from(&Raw::of(&all).unwrap()).map_err(|e| e.to_string())
     }
 
     #[test]
     fn no_events_by_default() {
-        let settings = with(RawEvents::default()).unwrap();
+        let settings = with(&[]).unwrap();
         assert!(!settings.events.any_source());
         assert_eq!(settings.events.fresh_for, None);
     }
 
     #[test]
     fn a_long_window_without_a_source_is_refused() {
-        let error = with(RawEvents {
-            fresh_for: Some("300s".into()),
-            ..Default::default()
-        })
-        .unwrap_err();
+        let error = with(&[("events.fresh_for", "300s")]).unwrap_err();
         assert!(error.contains("events.fresh_for"), "{error}");
     }
 
     #[test]
     fn a_window_shorter_than_cache_fresh_for_is_refused() {
-        let error = Settings::try_from(RawSettings {
-            events: RawEvents {
-                fresh_for: Some("1s".into()),
-                nats_url: Some("nats://127.0.0.1:4222".into()),
-                nats_subject: Some("lakekeeper".into()),
-                ..Default::default()
-            },
-            ..with_upstream()
-        })
-        .map_err(|e| e.to_string())
+        let error = with(&[
+            ("events.fresh_for", "1s"),
+            ("events.nats_url", "nats://127.0.0.1:4222"),
+            ("events.nats_subject", "lakekeeper"),
+        ])
         .unwrap_err();
         assert!(error.contains("at least cache.fresh_for"), "{error}");
     }
 
     #[test]
     fn nats_needs_a_subject_and_a_nats_url() {
-        let error = with(RawEvents {
-            nats_url: Some("http://127.0.0.1:4222".into()),
-            ..Default::default()
-        })
-        .unwrap_err();
+        let error = with(&[("events.nats_url", "http://127.0.0.1:4222")]).unwrap_err();
         assert!(error.contains("events.nats_url"), "{error}");
         assert!(error.contains("events.nats_subject"), "{error}");
     }
 
     #[test]
     fn nats_settings_without_a_url_are_refused() {
-        let error = with(RawEvents {
-            nats_stream: Some("s".into()),
-            ..Default::default()
-        })
-        .unwrap_err();
+        let error = with(&[("events.nats_stream", "s")]).unwrap_err();
         assert!(error.contains("events.nats_stream"), "{error}");
     }
 
     #[test]
     fn a_template_must_name_the_warehouse() {
-        let error = with(RawEvents {
-            nats_url: Some("nats://127.0.0.1:4222".into()),
-            nats_subject: Some("lakekeeper".into()),
-            prefix_template: Some("warehouse".into()),
-            ..Default::default()
-        })
+        let error = with(&[
+            ("events.nats_url", "nats://127.0.0.1:4222"),
+            ("events.nats_subject", "lakekeeper"),
+            ("events.prefix_template", "warehouse"),
+        ])
         .unwrap_err();
         assert!(error.contains("{warehouse_id}"), "{error}");
     }
 
     #[test]
     fn a_missing_or_empty_token_file_is_refused() {
-        let missing = with(RawEvents {
-            seaweedfs_token_file: Some("/nonexistent/token".into()),
-            ..Default::default()
-        })
-        .unwrap_err();
+        let missing = with(&[("events.seaweedfs_token_file", "/nonexistent/token")]).unwrap_err();
         assert!(missing.contains("events.seaweedfs_token_file"), "{missing}");
         let empty =
             std::env::temp_dir().join(format!("icecache-empty-token-{}", std::process::id()));
         std::fs::write(&empty, "\n").unwrap();
-        let error = with(RawEvents {
-            seaweedfs_token_file: Some(empty.clone()),
-            ..Default::default()
-        })
-        .unwrap_err();
+        let path = empty.display().to_string();
+        let error = with(&[("events.seaweedfs_token_file", &path)]).unwrap_err();
         std::fs::remove_file(&empty).unwrap();
         assert!(error.contains("is empty"), "{error}");
     }
 
     #[test]
     fn the_default_consumer_is_this_hosts() {
-        let settings = with(RawEvents {
-            nats_url: Some("nats://127.0.0.1:4222".into()),
-            nats_subject: Some("lakekeeper".into()),
-            ..Default::default()
-        })
+        let settings = with(&[
+            ("events.nats_url", "nats://127.0.0.1:4222"),
+            ("events.nats_subject", "lakekeeper"),
+        ])
         .unwrap();
         let consumer = settings.events.nats.unwrap().consumer;
         assert!(consumer.starts_with("icecache"), "{consumer}");
