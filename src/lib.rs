@@ -4,12 +4,15 @@
 //! `proxy` (the handler) → `catalog` (which operation, which names, what a write touches) →
 //! `cache` (phases, fills, entries) → `origin` (the one path to the catalog) → `policy` (who may
 //! share an answer, and the stage that strips or injects credentials) → back out through
-//! `proxy` and `error` (failures rendered once). The operator's surface is `ops` (admin,
-//! metrics, logs, probe) and `config`; `state` is what every request reads, `wire` what every
-//! route shares (bodies, headers, ETags, codings).
+//! `proxy` and `error` (failures rendered once). The operator's surface is `admin` (endpoints,
+//! access log, probe), `telemetry` (metrics by subsystem, logging) and `config`; `state` is what
+//! every request reads, `wire` what every route shares (bodies, headers, ETags, codings); `clock`
+//! and `secret` are leaves every layer may use.
 
+pub mod admin;
 pub mod cache;
 pub mod catalog;
+pub mod clock;
 pub mod cluster;
 pub mod config;
 pub mod error;
@@ -17,13 +20,13 @@ pub mod events;
 #[doc(hidden)]
 pub mod fuzz_targets;
 pub mod listener;
-pub mod ops;
 pub mod origin;
 pub mod policy;
 pub mod proxy;
 pub mod run;
 pub mod secret;
 pub mod state;
+pub mod telemetry;
 pub mod wire;
 
 pub use run::{run, Reload, RunError};

@@ -1,7 +1,8 @@
 use std::process::ExitCode;
 
+use icecache::admin::probe;
 use icecache::config::{self, Command, Parsed, EXIT_CONFIG};
-use icecache::ops::{logging, probe};
+use icecache::telemetry::logging;
 
 fn main() -> ExitCode {
     let cli = match config::parse(std::env::args_os()) {

@@ -15,20 +15,20 @@ use tokio::sync::watch;
 use tower::ServiceBuilder;
 use tower_http::sensitive_headers::SetSensitiveRequestHeadersLayer;
 
-use crate::cache::Cache;
+use crate::admin::{access_log, endpoints as admin};
+use crate::cache::{Cache, Cause};
 use crate::cluster::Cluster;
 use crate::config::{Raw, Settings};
 use crate::events::{self, Liveness, SourceId};
 use crate::listener::server::{self, Limits};
 use crate::listener::{header_case, tls};
-use crate::ops::access_log;
-use crate::ops::admin;
-use crate::ops::logging::SetLogLevel;
-use crate::ops::metrics::Metrics;
 use crate::origin::Origin;
 use crate::policy::identity::IdentityHasher;
+use crate::policy::stage::Stage;
 use crate::proxy;
-use crate::state::State;
+use crate::state::{Parts, State};
+use crate::telemetry::logging::SetLogLevel;
+use crate::telemetry::{EventMetrics, Metrics, Reloaded};
 
 #[derive(Debug, Error)]
 pub enum RunError {
@@ -82,7 +82,7 @@ pub async fn run(
         &settings.upstream_tls,
         settings.connect_timeout,
         settings.request_timeout,
-        metrics.clone(),
+        metrics.upstream.clone(),
     )?;
     let origin = Arc::new(origin);
     if let Some(cert) = client_cert {
@@ -123,7 +123,7 @@ pub async fn run(
         }
     };
     let cluster = match (&settings.cluster, settings.cache.enabled) {
-        (Some(cluster), true) => Some(Cluster::start(cluster.clone(), metrics.clone())?),
+        (Some(cluster), true) => Some(Cluster::start(cluster.clone(), metrics.cluster.clone())?),
         _ => None,
     };
     let mut sources = Vec::new();
@@ -133,13 +133,15 @@ pub async fn run(
     if settings.events.nats.is_some() {
         sources.push(SourceId::Nats);
     }
-    let liveness = Arc::new(Liveness::new(&sources, metrics.clone()));
+    let liveness = Arc::new(Liveness::new(&sources, metrics.events.clone()));
+    let stage = Arc::new(Stage::new(metrics.credentials.clone()));
     let cache = settings.cache.enabled.then(|| {
         Cache::new(
             &settings,
             origin.clone(),
             cluster.clone(),
-            metrics.clone(),
+            metrics.cache.clone(),
+            stage.clone(),
             case.clone(),
             liveness.clone(),
         )
@@ -149,7 +151,7 @@ pub async fn run(
             let cache = cache.clone();
             tokio::spawn(async move {
                 while let Some(touched) = announced.recv().await {
-                    cache.invalidate(&touched, "cluster");
+                    cache.invalidate(&touched, Cause::Tier);
                 }
             });
         }
@@ -165,8 +167,8 @@ pub async fn run(
         let subscriber = events::nats::Subscriber {
             settings: nats,
             liveness: liveness.clone(),
-            metrics: metrics.clone(),
-            apply: apply_events(cache.clone(), metrics.clone(), "nats"),
+            metrics: metrics.events.clone(),
+            apply: apply_events(cache.clone(), metrics.events.clone(), SourceId::Nats),
         };
         tokio::spawn(subscriber.run(shutdown.clone()));
     }
@@ -176,7 +178,16 @@ pub async fn run(
     }
     let workers = settings.workers;
     let state = Arc::new(State::new(
-        settings, origin, cache, metrics, identity, case, liveness,
+        settings,
+        Parts {
+            origin,
+            cache,
+            metrics,
+            stage,
+            identity,
+            case,
+            events: liveness,
+        },
     ));
     if let Some(reload) = reload {
         tokio::spawn(reload_on_sighup(state.clone(), reload, shutdown.clone()));
@@ -251,7 +262,7 @@ async fn serve_proxy(
             ))
             // Every request is logged once, answered or not, under the id the catalog is sent.
             .service(tower::service_fn(move |request| {
-                let entry = access_log::Entry::begin(&request, state.metrics.clone());
+                let entry = access_log::Entry::begin(&request, state.metrics.requests.clone());
                 let id = entry.id().clone();
                 entry.around(
                     proxy::handle(state.clone(), request, peer, id).map(Ok::<_, Infallible>),
@@ -282,7 +293,7 @@ fn reload_now(state: &State, reload: &Reload) {
     let (new, kept) = match state.settings().reloaded(&reload.cli) {
         Ok(reloaded) => reloaded,
         Err(e) => {
-            state.metrics.reload("rejected");
+            state.metrics.reload(Reloaded::Rejected);
             tracing::error!(error = %e, "configuration reload refused; the running configuration stays");
             return;
         }
@@ -297,24 +308,24 @@ fn reload_now(state: &State, reload: &Reload) {
             "configuration reloaded; these settings need a restart and keep their running values"
         );
     }
-    state.metrics.reload("applied");
+    state.metrics.reload(Reloaded::Applied);
     tracing::info!("configuration reloaded");
 }
 
 /// How a source's changes reach the cache: invalidated here and across the tier, counted.
 fn apply_events(
     cache: Option<Arc<Cache>>,
-    metrics: Arc<Metrics>,
-    source: &'static str,
+    metrics: Arc<EventMetrics>,
+    source: SourceId,
 ) -> events::Apply {
     Arc::new(move |change: events::Change| {
         let (cache, metrics) = (cache.clone(), metrics.clone());
         Box::pin(async move {
             let Some(cache) = cache else { return 0 };
             let removed = cache
-                .invalidate_in_everywhere(&change.prefixes, &change.touched, "event")
+                .invalidate_in_everywhere(&change.prefixes, &change.touched, Cause::Event)
                 .await;
-            metrics.events.invalidated(source, removed);
+            metrics.invalidated(source, removed);
             removed
         })
     })

@@ -11,15 +11,18 @@ use crate::cache::Cache;
 use crate::catalog::config_rewrite::Separator;
 use crate::config::Settings;
 use crate::events::Liveness;
-use crate::ops::metrics::Metrics;
 use crate::origin::Origin;
 use crate::policy::identity::IdentityHasher;
+use crate::policy::stage::Stage;
+use crate::telemetry::Metrics;
 
 pub struct State {
     settings: ArcSwap<Settings>,
     pub origin: Arc<Origin>,
     pub cache: Option<Arc<Cache>>,
     pub metrics: Arc<Metrics>,
+    /// The policy stage every answer that may carry credentials passes.
+    pub stage: Arc<Stage>,
     pub separator: Separator,
     pub identity: IdentityHasher,
     /// Set on every response icecache builds, so HTTP/1.1 writes `ETag` in that case.
@@ -28,22 +31,35 @@ pub struct State {
     pub events: Arc<Liveness>,
 }
 
+/// What a running process is built of, besides its settings.
+pub struct Parts {
+    pub origin: Arc<Origin>,
+    pub cache: Option<Arc<Cache>>,
+    pub metrics: Arc<Metrics>,
+    pub stage: Arc<Stage>,
+    pub identity: IdentityHasher,
+    pub case: Extensions,
+    pub events: Arc<Liveness>,
+}
+
 impl State {
-    pub fn new(
-        settings: Settings,
-        origin: Arc<Origin>,
-        cache: Option<Arc<Cache>>,
-        metrics: Arc<Metrics>,
-        identity: IdentityHasher,
-        case: Extensions,
-        events: Arc<Liveness>,
-    ) -> State {
+    pub fn new(settings: Settings, parts: Parts) -> State {
+        let Parts {
+            origin,
+            cache,
+            metrics,
+            stage,
+            identity,
+            case,
+            events,
+        } = parts;
         State {
             separator: Separator::new(&settings.namespace_separator),
             settings: ArcSwap::from_pointee(settings),
             origin,
             cache,
             metrics,
+            stage,
             identity,
             case,
             events,

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use super::entry::Entry;
 use super::fill::{Fill, FillOutcome, Purpose};
 use super::{Ask, Cache, CachePhase, Failure, Lookup};
+use crate::telemetry::cache::Authz;
 
 impl Cache {
     pub(super) async fn authorize(
@@ -30,11 +31,11 @@ impl Cache {
             remote: ask.coordination.tokens().cloned(),
         };
         let outcome = self.produce(fill).await;
-        self.metrics.authz(match &outcome {
-            FillOutcome::Entry(new) if new.content.etag == entry.content.etag => "allowed",
-            FillOutcome::Entry(_) => "changed",
-            FillOutcome::Answer(answer) if answer.status.is_client_error() => "denied",
-            _ => "error",
+        self.metrics.authorized(match &outcome {
+            FillOutcome::Entry(new) if new.content.etag == entry.content.etag => Authz::Allowed,
+            FillOutcome::Entry(_) => Authz::Changed,
+            FillOutcome::Answer(answer) if answer.status.is_client_error() => Authz::Denied,
+            _ => Authz::Error,
         });
         self.answer_own(&ask.caller, outcome, CachePhase::Revalidated)
     }

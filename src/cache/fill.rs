@@ -19,9 +19,9 @@ use crate::cluster::Tokens;
 use crate::config::Settings;
 use crate::origin::{OriginError, OriginRequest};
 use crate::policy::identity::Scope;
-use crate::policy::stage::{self, Processed, Refusal, Shape, OFFLOAD_BYTES};
+use crate::policy::stage::{self, Processed, Refusal, Shape, Stage, OFFLOAD_BYTES};
 use crate::policy::{Credentials, Identity, Policy};
-use crate::wire::encoding::decode;
+use crate::telemetry::cache::Revalidation;
 use crate::wire::etag::strong_etag_of;
 
 /// The largest loadTable answer read whole to apply `strip` or `inject` (real metadata
@@ -146,16 +146,13 @@ impl Cache {
         };
         if !passthrough {
             // Asked for the identity encoding; an answer encoded anyway is decoded, not trusted.
-            match decode(
+            match self.stage.decode(
                 &mut fetched.headers,
                 fetched.body.clone(),
                 POLICY_READ_LIMIT,
             ) {
                 Ok(body) => fetched.body = body,
-                Err(e) => {
-                    self.metrics.credentials_refused.inc();
-                    return FillOutcome::Refused(Arc::new(e.into()));
-                }
+                Err(refusal) => return FillOutcome::Refused(Arc::new(refusal)),
             }
         }
         if fetched.status == StatusCode::NOT_MODIFIED {
@@ -173,14 +170,14 @@ impl Cache {
             } else {
                 Shape::Unknown
             };
-            let body =
-                match stage::process_off_thread(shape, fetched.body, fill.policy.clone()).await {
-                    Ok(p) => stage::served(&p.body, p.config_empty, shape, &fill.policy),
-                    Err(refusal) => {
-                        self.metrics.credentials_refused.inc();
-                        return FillOutcome::Refused(Arc::new(refusal));
-                    }
-                };
+            let processed = self
+                .stage
+                .process_off_thread(shape, fetched.body, fill.policy.clone())
+                .await;
+            let body = match processed {
+                Ok(p) => stage::served(&p.body, p.config_empty, shape, &fill.policy),
+                Err(refusal) => return FillOutcome::Refused(Arc::new(refusal)),
+            };
             return FillOutcome::Answer(Arc::new(Answered {
                 status: fetched.status,
                 headers: without_validators(fetched.headers),
@@ -199,19 +196,13 @@ impl Cache {
             .headers
             .get(header::ETAG)
             .and_then(|v| HeaderValue::from_bytes(v.as_bytes()).ok());
-        let processed = match process(fetched.body, &fill.policy, fill.form).await {
+        let processed = match process(&self.stage, fetched.body, &fill.policy, fill.form).await {
             Ok(processed) => Served {
                 upstream_etag,
                 ..processed
             },
-            Err(refusal) => {
-                self.metrics.credentials_refused.inc();
-                return FillOutcome::Refused(Arc::new(refusal));
-            }
+            Err(refusal) => return FillOutcome::Refused(Arc::new(refusal)),
         };
-        if processed.processed.removed > 0 {
-            self.metrics.credentials_stripped.inc();
-        }
         let reason = reason.or(processed
             .processed
             .vended
@@ -250,14 +241,14 @@ impl Cache {
         let retained =
             settings.fresh_for + settings.stale_if_error.max(settings.stale_while_revalidate);
         if servable.is_some_and(|servable| servable < retained) {
-            self.metrics.cache_credential_caps.inc();
+            self.metrics.credential_capped();
         }
         if let (Some(old), Purpose::Fill) = (&fill.stale, fill.purpose) {
             self.metrics
-                .revalidation(if old.content.etag == processed.etag {
-                    "unchanged"
+                .revalidated(if old.content.etag == processed.etag {
+                    Revalidation::Unchanged
                 } else {
-                    "changed"
+                    Revalidation::Changed
                 });
         }
         let body = processed.processed.body;
@@ -266,9 +257,16 @@ impl Cache {
             && fill.policy.credentials != Credentials::Inject
             && body.len() >= GZIP_MIN_BYTES
         {
-            let plain = body.clone();
-            self.metrics.cache_compressions.inc();
-            match tokio::task::spawn_blocking(move || gzip(&plain)).await {
+            self.metrics.compressed();
+            // Small bodies compress in microseconds: inline, so a burst of fills does not
+            // start a blocking thread (and with it an allocator arena) per fill.
+            let compressed = if body.len() < OFFLOAD_BYTES {
+                Ok(gzip(&body))
+            } else {
+                let plain = body.clone();
+                tokio::task::spawn_blocking(move || gzip(&plain)).await
+            };
+            match compressed {
                 Ok(Ok(compressed)) => Some(Gzipped {
                     etag: gzip_etag(&processed.etag),
                     body: compressed,
@@ -327,7 +325,7 @@ impl Cache {
             return FillOutcome::Failed(OriginError::UnexpectedNotModified);
         };
         if fill.purpose == Purpose::Fill {
-            self.metrics.revalidation("not_modified");
+            self.metrics.revalidated(Revalidation::NotModified);
         }
         match &fill.ticket {
             Some(ticket) => {
@@ -347,7 +345,7 @@ impl Cache {
             .as_ref()
             .is_some_and(|key| self.store.insert(key, entry.clone()));
         if !stored {
-            self.metrics.bypass(NoCacheReason::Superseded.as_str());
+            self.metrics.bypassed(NoCacheReason::Superseded);
         }
         // The catalog let the leader in only if it asked: an entry another replica shared
         // says nothing about this caller, who is checked like any other.
@@ -370,7 +368,7 @@ impl Cache {
         };
         if status.is_server_error() {
             if fill.purpose == Purpose::Fill {
-                self.metrics.revalidation("error");
+                self.metrics.revalidated(Revalidation::Error);
             }
             return;
         }
@@ -381,7 +379,7 @@ impl Cache {
             Identity::Revalidate => self.confirmations.revoke(stale.content.id, fill.leader),
             Identity::Shared if !matches!(status, StatusCode::NOT_FOUND | StatusCode::GONE) => {}
             Identity::PerPrincipal | Identity::Shared => {
-                self.metrics.revalidation("gone");
+                self.metrics.revalidated(Revalidation::Gone);
                 self.store.remove(key);
             }
         }
@@ -455,11 +453,16 @@ pub(super) struct Served {
 }
 
 /// The policy stage and the ETag of what will be served, off the async threads when large.
-async fn process(body: Bytes, policy: &Arc<Policy>, form: Form) -> Result<Served, Refusal> {
+async fn process(
+    stage: &Arc<Stage>,
+    body: Bytes,
+    policy: &Arc<Policy>,
+    form: Form,
+) -> Result<Served, Refusal> {
     let large = body.len() >= OFFLOAD_BYTES;
-    let policy = policy.clone();
+    let (stage, policy) = (stage.clone(), policy.clone());
     let work = move || -> Result<Served, Refusal> {
-        let processed = stage::process(Shape::Table, body, &policy)?;
+        let processed = stage.process(Shape::Table, body, &policy)?;
         let pieces = stage::served(
             &processed.body,
             processed.config_empty,

@@ -5,13 +5,38 @@
 
 use super::Cache;
 use crate::catalog::names::{loose_namespace, LooseName};
+use crate::catalog::route::Operation;
 use crate::catalog::writes::Touched;
 use crate::cluster::Cover;
+use crate::telemetry::Label;
+
+/// What made entries leave: a label of `icecache_cache_invalidations_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cause {
+    /// A write through this replica, by its operation.
+    Write(Operation),
+    Purge,
+    /// A catalog change event.
+    Event,
+    /// Another replica's write, announced through the tier.
+    Tier,
+}
+
+impl Label for Cause {
+    fn as_str(self) -> &'static str {
+        match self {
+            Cause::Write(operation) => operation.as_str(),
+            Cause::Purge => "purge",
+            Cause::Event => "event",
+            Cause::Tier => "cluster",
+        }
+    }
+}
 
 impl Cache {
     /// Invalidates what a write touched, here and (before returning) in every replica of the
     /// tier; returns how many entries went here, and how the other replicas learn of it.
-    pub async fn invalidate_everywhere(&self, touched: &Touched, reason: &str) -> (usize, Cover) {
+    pub async fn invalidate_everywhere(&self, touched: &Touched, reason: Cause) -> (usize, Cover) {
         let removed = self.invalidate(touched, reason);
         let cover = match &self.cluster {
             Some(cluster) => cluster.announce(touched).await,
@@ -21,7 +46,7 @@ impl Cache {
     }
 
     /// Invalidates what a write touched in this replica; returns how many entries went.
-    pub fn invalidate(&self, touched: &Touched, reason: &str) -> usize {
+    pub fn invalidate(&self, touched: &Touched, reason: Cause) -> usize {
         self.invalidate_within(None, touched, reason)
     }
 
@@ -32,7 +57,7 @@ impl Cache {
         &self,
         prefixes: &[String],
         touched: &Touched,
-        reason: &str,
+        reason: Cause,
     ) -> usize {
         let removed = if prefixes.is_empty() {
             self.invalidate(touched, reason)
@@ -49,7 +74,7 @@ impl Cache {
     }
 
     /// `within` None: under every prefix; Some: under that prefix and under none.
-    fn invalidate_within(&self, within: Option<&str>, touched: &Touched, reason: &str) -> usize {
+    fn invalidate_within(&self, within: Option<&str>, touched: &Touched, reason: Cause) -> usize {
         let removed = match touched {
             Touched::Tables(tables) => tables
                 .iter()
@@ -61,7 +86,7 @@ impl Cache {
             Touched::Everything => self.store.invalidate_where(|_| true, within),
             Touched::Nothing => return 0,
         };
-        self.metrics.invalidation(reason);
+        self.metrics.invalidated(reason);
         removed
     }
 
@@ -75,6 +100,6 @@ impl Cache {
             (Some(namespace), None) => Touched::namespace(loose_namespace(namespace)),
             _ => Touched::Everything,
         };
-        self.invalidate_everywhere(&touched, "purge").await.0
+        self.invalidate_everywhere(&touched, Cause::Purge).await.0
     }
 }

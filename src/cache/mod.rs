@@ -19,7 +19,7 @@ mod confirmations;
 mod entry;
 mod exists;
 mod fill;
-mod invalidate;
+pub mod invalidate;
 mod key;
 pub mod phase;
 mod respond;
@@ -36,6 +36,7 @@ use thiserror::Error;
 use tokio::time::Instant;
 
 pub use fill::POLICY_READ_LIMIT;
+pub use invalidate::Cause;
 pub use key::{CacheKey, Form};
 pub use phase::{CachePhase, NoCacheReason};
 pub use respond::{mark, X_CACHE};
@@ -43,11 +44,12 @@ pub use respond::{mark, X_CACHE};
 use crate::cluster::{Cluster, Tokens};
 use crate::config::Settings;
 use crate::events::Liveness;
-use crate::ops::metrics::Metrics;
 use crate::origin::{Origin, OriginError, OriginRequest, Outgoing};
 use crate::policy::identity::Scope;
 use crate::policy::stage::Refusal;
+use crate::policy::stage::Stage;
 use crate::policy::{Identity, Policy};
+use crate::telemetry::CacheMetrics;
 use crate::wire::body::Body;
 use coalesce::{Inflight, Joined};
 use confirmations::Confirmations;
@@ -149,7 +151,9 @@ pub struct Cache {
     max_bytes: u64,
     inflight: Arc<Inflight<CacheKey, FillMeta, FillOutcome>>,
     origin: Arc<Origin>,
-    metrics: Arc<Metrics>,
+    metrics: Arc<CacheMetrics>,
+    /// The policy stage every answer a fill produces goes through.
+    stage: Arc<Stage>,
     /// Set on every response so that HTTP/1.1 writes `ETag` in that case.
     case: Extensions,
     /// Whether the catalog's change events are arriving (the long freshness window).
@@ -166,7 +170,8 @@ impl Cache {
         settings: &Settings,
         origin: Arc<Origin>,
         cluster: Option<Arc<Cluster>>,
-        metrics: Arc<Metrics>,
+        metrics: Arc<CacheMetrics>,
+        stage: Arc<Stage>,
         case: Extensions,
         events: Arc<Liveness>,
     ) -> Arc<Self> {
@@ -176,9 +181,7 @@ impl Cache {
             .fresh_for
             .unwrap_or_default()
             .max(cache.fresh_for);
-        metrics
-            .cache_max_bytes
-            .set(i64::try_from(cache.max_bytes).unwrap_or(i64::MAX));
+        metrics.bounded_at(cache.max_bytes);
         // Reloads may lengthen the stale windows: keep entries at least ten minutes.
         let retain_for = (fresh_for + cache.stale_while_revalidate.max(cache.stale_if_error))
             .max(Duration::from_secs(600));
@@ -197,6 +200,7 @@ impl Cache {
             inflight: Arc::default(),
             origin,
             metrics,
+            stage,
             case,
             events,
         })
@@ -302,7 +306,7 @@ impl Cache {
         for _ in 0..FILL_ATTEMPTS {
             let (waiter, led) = match self.join(ask) {
                 Joined::Wait(waiter) => {
-                    self.metrics.cache_coalesced_waiters.inc();
+                    self.metrics.coalesced();
                     (waiter, false)
                 }
                 Joined::Lead(permit) => {
@@ -322,7 +326,7 @@ impl Cache {
             };
             match waiter.wait().await {
                 Ok(outcome) => return Ok((outcome, led)),
-                Err(coalesce::Abandoned) => self.metrics.cache_fills_abandoned.inc(),
+                Err(coalesce::Abandoned) => self.metrics.fill_abandoned(),
             }
         }
         Err(Failure {
@@ -458,7 +462,7 @@ impl Cache {
     ) -> Result<Lookup, Failure> {
         match outcome {
             FillOutcome::Entry(entry) => Ok(Lookup::Served {
-                response: respond::from_entry(&entry, phase, caller, &self.metrics, &self.case),
+                response: respond::from_entry(&entry, phase, caller, self.counted(), &self.case),
                 phase,
                 reason: None,
             }),
@@ -476,9 +480,9 @@ impl Cache {
     }
 
     fn served_answer(&self, answer: &fill::Answered, phase: CachePhase, caller: &Caller) -> Lookup {
-        self.metrics.bypass(answer.reason.as_str());
+        self.metrics.bypassed(answer.reason);
         Lookup::Served {
-            response: respond::from_answer(answer, phase, caller, &self.metrics, &self.case),
+            response: respond::from_answer(answer, phase, caller, self.counted(), &self.case),
             phase,
             reason: Some(answer.reason),
         }
@@ -511,7 +515,7 @@ impl Cache {
             return Box::pin(self.authorize(ask, entry)).await;
         }
         Ok(Lookup::Served {
-            response: respond::from_entry(entry, phase, caller, &self.metrics, &self.case),
+            response: respond::from_entry(entry, phase, caller, self.counted(), &self.case),
             phase,
             reason: None,
         })
@@ -538,13 +542,13 @@ impl Cache {
     pub fn usage(&self) -> (u64, u64) {
         let (entries, entry_bytes) = self.store.usage();
         let bytes = entry_bytes + self.confirmations.usage().1;
-        self.metrics
-            .cache_entries
-            .set(i64::try_from(entries).unwrap_or(i64::MAX));
-        self.metrics
-            .cache_bytes
-            .set(i64::try_from(bytes).unwrap_or(i64::MAX));
+        self.metrics.holding(entries, bytes);
         (entries, bytes)
+    }
+
+    /// What the answers the cache writes are counted in.
+    fn counted(&self) -> (&CacheMetrics, &Stage) {
+        (&self.metrics, &self.stage)
     }
 
     pub fn max_bytes(&self) -> u64 {

@@ -58,6 +58,18 @@ pub enum NoCacheReason {
     Superseded,
 }
 
+impl crate::telemetry::Label for CachePhase {
+    fn as_str(self) -> &'static str {
+        CachePhase::as_str(self)
+    }
+}
+
+impl crate::telemetry::Label for NoCacheReason {
+    fn as_str(self) -> &'static str {
+        NoCacheReason::as_str(self)
+    }
+}
+
 impl NoCacheReason {
     pub fn as_str(self) -> &'static str {
         match self {

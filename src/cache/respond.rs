@@ -11,8 +11,8 @@ use super::entry::Entry;
 use super::fill::Answered;
 use super::phase::CachePhase;
 use super::Caller;
-use crate::ops::metrics::Metrics;
-use crate::policy::stage::{self, Shape};
+use crate::policy::stage::{self, Shape, Stage};
+use crate::telemetry::CacheMetrics;
 use crate::wire::body::{empty, full, pieces, Body};
 use crate::wire::etag::if_none_match_matches;
 use crate::wire::seconds::seconds_value;
@@ -32,7 +32,7 @@ pub fn from_entry(
     entry: &Entry,
     phase: CachePhase,
     caller: &Caller,
-    metrics: &Metrics,
+    counted: (&CacheMetrics, &Stage),
     case: &Extensions,
 ) -> Response<Body> {
     let now = Instant::now();
@@ -45,7 +45,7 @@ pub fn from_entry(
     let names_this_version =
         !caller.if_none_match.is_empty() && if_none_match_matches(&caller.if_none_match, selected);
     let mut response = if names_this_version && entry.credentials_servable(now) {
-        metrics.cache_not_modified.inc();
+        counted.0.not_modified();
         let mut r = Response::new(empty());
         *r.status_mut() = StatusCode::NOT_MODIFIED;
         // Room for what follows: the kept headers, ETag, x-cache and Age.
@@ -72,9 +72,7 @@ pub fn from_entry(
             Shape::Table,
             &caller.policy,
         );
-        if served.len() > 1 {
-            metrics.credentials_injected.inc();
-        }
+        counted.1.served(&served);
         let mut r = Response::new(pieces(served));
         let headers = r.headers_mut();
         *headers = content.headers.clone();
@@ -95,7 +93,7 @@ pub fn from_answer(
     answer: &Answered,
     phase: CachePhase,
     caller: &Caller,
-    metrics: &Metrics,
+    counted: (&CacheMetrics, &Stage),
     case: &Extensions,
 ) -> Response<Body> {
     let not_modified = answer.status == StatusCode::OK
@@ -105,14 +103,12 @@ pub fn from_answer(
             .as_ref()
             .is_some_and(|tag| if_none_match_matches(&caller.if_none_match, tag));
     let mut response = if not_modified {
-        metrics.cache_not_modified.inc();
+        counted.0.not_modified();
         let mut r = Response::new(empty());
         *r.status_mut() = StatusCode::NOT_MODIFIED;
         r
     } else {
-        if answer.body.len() > 1 {
-            metrics.credentials_injected.inc();
-        }
+        counted.1.served(&answer.body);
         let mut r = Response::new(pieces(answer.body.clone()));
         *r.status_mut() = answer.status;
         *r.headers_mut() = answer.headers.clone();

@@ -19,7 +19,8 @@ use tokio::time::Instant;
 use super::entry::{Entry, FillTicket, TableState};
 use super::key::CacheKey;
 use crate::catalog::names::LooseName;
-use crate::ops::metrics::Metrics;
+use crate::telemetry::cache::Eviction;
+use crate::telemetry::CacheMetrics;
 
 type Tables = DashMap<LooseName, Arc<TableState>>;
 
@@ -37,7 +38,7 @@ pub struct Store {
 impl Store {
     /// `retain_for` bounds how long moka keeps an entry at all: past freshness plus every stale
     /// window, no answer can use it.
-    pub fn new(max_bytes: u64, retain_for: Duration, metrics: Arc<Metrics>) -> Self {
+    pub fn new(max_bytes: u64, retain_for: Duration, metrics: Arc<CacheMetrics>) -> Self {
         let tables: Arc<Tables> = Arc::default();
         let index = tables.clone();
         let entries = moka::sync::Cache::builder()
@@ -45,11 +46,11 @@ impl Store {
             .weigher(|key: &CacheKey, entry: &Arc<Entry>| entry.weight(key))
             .time_to_live(retain_for.max(Duration::from_millis(1)))
             .eviction_listener(move |key: Arc<CacheKey>, entry: Arc<Entry>, cause| {
-                metrics.eviction(match cause {
-                    RemovalCause::Size => "size",
-                    RemovalCause::Expired => "expired",
-                    RemovalCause::Explicit => "invalidated",
-                    RemovalCause::Replaced => "replaced",
+                metrics.evicted(match cause {
+                    RemovalCause::Size => Eviction::Size,
+                    RemovalCause::Expired => Eviction::Expired,
+                    RemovalCause::Explicit => Eviction::Invalidated,
+                    RemovalCause::Replaced => Eviction::Replaced,
                 });
                 if cause != RemovalCause::Replaced {
                     forget(&index, &key, &entry);

@@ -15,6 +15,7 @@ use super::key::CacheKey;
 use super::vary::Varies;
 use super::Cache;
 use crate::cluster::{now_ms, Consistency, Lease, Observed, OnRedisDown, SharedEntry, Tokens};
+use crate::telemetry::cluster::Shared;
 use crate::wire::encoding::decode;
 
 /// How a lookup may use what this replica holds.
@@ -126,7 +127,6 @@ impl Cache {
         // key: a replica that died, or a key nobody will release), then ask alone. A lease given
         // back without an entry (an answer not to share) also means asking alone: taking the
         // lease in turn would line the replicas up behind each other.
-        self.metrics.cluster_lease_waits.inc();
         let since = Instant::now();
         let deadline = since + cluster.lease_for();
         loop {
@@ -148,9 +148,11 @@ impl Cache {
     }
 
     fn lease_waited(&self, since: Instant) {
-        self.metrics
-            .cluster_lease_wait
-            .observe(since.elapsed().as_secs_f64());
+        if let Some(cluster) = &self.cluster {
+            cluster
+                .metrics()
+                .lease_waited(since.elapsed().as_secs_f64());
+        }
     }
 
     /// Shares what the fill got (when it may be shared) and gives the lease back.
@@ -163,7 +165,7 @@ impl Cache {
                     .share(identity, &shared_of(entry), self.retain_for)
                     .await;
             } else {
-                self.metrics.cluster_shared("kept_local");
+                cluster.metrics().shared(Shared::KeptLocal);
             }
         }
         cluster.release(identity).await;
@@ -185,7 +187,7 @@ impl Cache {
         let ticket = fill.ticket.clone()?;
         let entry = entry_of(shared, fill.policy.generation, ticket, tokens.clone()).await;
         if entry.is_none() {
-            self.metrics.cluster_shared("rejected");
+            cluster.metrics().shared(Shared::Rejected);
         }
         entry.map(Arc::new)
     }

@@ -382,6 +382,12 @@ pub fn decode_component(raw: &str) -> Result<String, RouteError> {
     })
 }
 
+impl crate::telemetry::Label for Operation {
+    fn as_str(self) -> &'static str {
+        Operation::as_str(self)
+    }
+}
+
 #[cfg(test)]
 #[path = "route_tests.rs"]
 mod tests;

@@ -13,7 +13,8 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
 use super::health::Health;
-use crate::ops::metrics::Metrics;
+use crate::telemetry::cluster::RoundTrip;
+use crate::telemetry::ClusterMetrics;
 
 /// A table's tokens: the epoch's, its namespaces' and its own (random values, replaced by
 /// every write that touches them).
@@ -29,7 +30,7 @@ pub struct Pending {
 pub struct Rounds {
     pub connection: ConnectionManager,
     pub health: Arc<Health>,
-    pub metrics: Arc<Metrics>,
+    pub metrics: Arc<ClusterMetrics>,
     pub interval: Duration,
     pub timeout: Duration,
 }
@@ -66,7 +67,7 @@ impl Rounds {
             command.arg(key);
         }
         let mut connection = self.connection.clone();
-        self.metrics.cluster_redis("round");
+        self.metrics.round_trip(RoundTrip::Round);
         let answer = tokio::time::timeout(
             self.timeout,
             command.query_async::<Vec<Option<Vec<u8>>>>(&mut connection),
@@ -114,7 +115,7 @@ impl Rounds {
             };
             read.insert(key, token);
         }
-        self.metrics.cluster_round_lookups(batch.len());
+        self.metrics.round_answered(batch.len());
         for lookup in batch {
             let tokens = lookup
                 .keys
@@ -137,7 +138,7 @@ impl Rounds {
             fresh.push(value);
         }
         let mut connection = self.connection.clone();
-        self.metrics.cluster_redis("create");
+        self.metrics.round_trip(RoundTrip::Create);
         let answer = tokio::time::timeout(
             self.timeout,
             pipe.query_async::<Vec<Option<Vec<u8>>>>(&mut connection),

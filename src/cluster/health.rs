@@ -27,7 +27,8 @@ use super::names::Names;
 use super::settings::ClusterSettings;
 use super::{now_ms, random_token};
 use crate::catalog::writes::Touched;
-use crate::ops::metrics::Metrics;
+use crate::telemetry::cluster::RoundTrip;
+use crate::telemetry::ClusterMetrics;
 
 /// How often a replica beats (and, while degraded, tries Redis again).
 pub const HEARTBEAT: Duration = Duration::from_millis(250);
@@ -216,10 +217,9 @@ impl Health {
     }
 
     /// Redis failed a command: degraded until a heartbeat succeeds.
-    pub fn down(&self, metrics: &Metrics, why: &str) {
+    pub fn down(&self, metrics: &ClusterMetrics, why: &str) {
         if !self.degraded.swap(true, Ordering::AcqRel) {
-            metrics.cluster_degraded.set(1);
-            metrics.cluster_redis_error();
+            metrics.redis_failed();
             self.warn(why, true);
         } else {
             self.warn(why, false);
@@ -278,7 +278,7 @@ impl Health {
         self: Arc<Self>,
         connection: ConnectionManager,
         names: Arc<Names>,
-        metrics: Arc<Metrics>,
+        metrics: Arc<ClusterMetrics>,
         settings: ClusterSettings,
         replica: String,
     ) {
@@ -301,11 +301,11 @@ impl Health {
     async fn probe(
         &self,
         connection: &ConnectionManager,
-        metrics: &Metrics,
+        metrics: &ClusterMetrics,
         settings: &ClusterSettings,
     ) -> bool {
         let mut connection = connection.clone();
-        metrics.cluster_redis("probe");
+        metrics.round_trip(RoundTrip::Probe);
         let answer = tokio::time::timeout(
             settings.redis_timeout,
             redis::cmd("PING").query_async::<String>(&mut connection),
@@ -329,7 +329,7 @@ impl Health {
         script: &redis::Script,
         connection: &ConnectionManager,
         names: &Names,
-        metrics: &Metrics,
+        metrics: &ClusterMetrics,
         settings: &ClusterSettings,
         replica: &str,
     ) {
@@ -369,7 +369,7 @@ impl Health {
             .arg(everything(""))
             .arg(if forget { "1" } else { "" });
         let mut connection = connection.clone();
-        metrics.cluster_redis("beat");
+        metrics.round_trip(RoundTrip::Beat);
         let result = tokio::time::timeout(
             settings.redis_timeout,
             invocation.invoke_async::<Beaten>(&mut connection),
@@ -401,7 +401,7 @@ impl Health {
                 self.others_live_until.store(until, Ordering::Release);
                 self.saw_clock(clock);
                 if behind == 1 {
-                    metrics.cluster_redis_rewound.inc();
+                    metrics.rewound();
                     tracing::warn!(
                         "Redis lost writes (a flush, a restart, a failover) or this replica's \
                          clock was overwritten: the epoch moved"
@@ -419,7 +419,8 @@ impl Health {
                 self.suspect.store(lapsed > 0, Ordering::Release);
                 // Orphans are lapsed as far as trust goes: an operator sees why loads revalidate.
                 let orphans = i64::try_from(orphans).unwrap_or(i64::MAX);
-                metrics.cluster_lapsed.set(lapsed.saturating_add(orphans));
+                metrics
+                    .lapsed(usize::try_from(lapsed.saturating_add(orphans)).unwrap_or(usize::MAX));
                 if moves {
                     self.covered.send_modify(|done| *done = (*done).max(number));
                 }
@@ -429,7 +430,7 @@ impl Health {
                         "Redis answers: this replica is live"
                     );
                 }
-                metrics.cluster_degraded.set(0);
+                metrics.recovered();
             }
             Err(why) => {
                 if dirty {

@@ -22,7 +22,7 @@ mod shared;
 mod subscription;
 
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{IntoConnectionInfo, ProtocolVersion};
@@ -35,7 +35,8 @@ pub use shared::SharedEntry;
 
 use crate::catalog::names::LooseName;
 use crate::catalog::writes::Touched;
-use crate::ops::metrics::Metrics;
+use crate::telemetry::cluster::{RoundTrip, Shared};
+use crate::telemetry::ClusterMetrics;
 use announce::Message;
 use barrier::{Pending, Rounds};
 pub use health::Cover;
@@ -78,7 +79,7 @@ pub struct Cluster {
     rounds: mpsc::UnboundedSender<Pending>,
     /// This process, in messages and leases.
     replica: String,
-    metrics: Arc<Metrics>,
+    metrics: Arc<ClusterMetrics>,
     invalidations: Mutex<Option<mpsc::UnboundedReceiver<Touched>>>,
     listening: Arc<Listening>,
     release: redis::Script,
@@ -96,11 +97,7 @@ pub fn random_token() -> u64 {
     u64::from_le_bytes(bytes)
 }
 
-pub fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-}
+pub use crate::clock::now_ms;
 
 fn client(url: &str) -> Result<redis::Client, redis::RedisError> {
     let info = url.into_connection_info()?;
@@ -116,7 +113,7 @@ impl Cluster {
     /// starts the rounds, the health check and the subscription on the current runtime.
     pub fn start(
         settings: ClusterSettings,
-        metrics: Arc<Metrics>,
+        metrics: Arc<ClusterMetrics>,
     ) -> Result<Arc<Cluster>, ClusterError> {
         let config = ConnectionManagerConfig::new()
             .set_response_timeout(Some(settings.redis_timeout))
@@ -134,8 +131,7 @@ impl Cluster {
             settings.key.subkey("names"),
         ));
         let health = Arc::new(Health::new());
-        metrics.cluster_started();
-        metrics.cluster_degraded.set(1);
+        metrics.started();
         let (rounds, pending) = mpsc::unbounded_channel();
         tokio::spawn(
             Rounds {
@@ -281,7 +277,7 @@ impl Cluster {
             )
             .ignore();
         if !self.health.is_degraded() {
-            self.metrics.cluster_redis("announce");
+            self.metrics.round_trip(RoundTrip::Announce);
             let mut connection = self.connection.clone();
             let done = tokio::time::timeout(
                 self.settings.redis_timeout,
@@ -291,7 +287,7 @@ impl Cluster {
             match done {
                 Ok(Ok((clock,))) => {
                     self.health.saw_clock(clock);
-                    self.metrics.cluster_published.inc();
+                    self.metrics.published();
                     return Cover::Announced;
                 }
                 Ok(Err(e)) => self
@@ -302,7 +298,7 @@ impl Cluster {
                     .down(&self.metrics, "announcing a write timed out"),
             }
         }
-        self.metrics.cluster_unannounced.inc();
+        self.metrics.unannounced();
         self.health.cover_write(&self.settings).await
     }
 
@@ -318,7 +314,7 @@ impl Cluster {
     pub fn refuses_writes(&self) -> bool {
         let refuses = self.health.out_of_touch(self.settings.member_timeout);
         if refuses {
-            self.metrics.cluster_writes_refused.inc();
+            self.metrics.write_refused();
         }
         refuses
     }
@@ -351,27 +347,27 @@ impl Cluster {
         get.arg(&name);
         let value = self
             .round_trip(
-                "shared_get",
+                RoundTrip::SharedGet,
                 "reading a shared entry failed",
                 |mut c| async move { get.query_async::<Option<Vec<u8>>>(&mut c).await },
             )
             .await?;
         let Some(value) = value else {
-            self.metrics.cluster_shared("miss");
+            self.metrics.shared(Shared::Miss);
             return None;
         };
         match SharedEntry::decode(&self.mac_key, &name, &value, &tokens.0) {
             Ok(entry) => {
-                self.metrics.cluster_shared("hit");
+                self.metrics.shared(Shared::Hit);
                 Some(entry)
             }
             Err(Rejected::Stale) => {
-                self.metrics.cluster_shared("stale");
+                self.metrics.shared(Shared::Stale);
                 None
             }
             Err(Rejected::Tampered) => {
                 tracing::warn!("a shared entry in Redis failed its check; ignored");
-                self.metrics.cluster_shared("rejected");
+                self.metrics.shared(Shared::Rejected);
                 None
             }
         }
@@ -389,13 +385,13 @@ impl Cluster {
         set.arg(&name).arg(value).arg("PX").arg(millis);
         let stored = self
             .round_trip(
-                "shared_put",
+                RoundTrip::SharedPut,
                 "sharing an entry failed",
                 |mut c| async move { set.query_async::<()>(&mut c).await },
             )
             .await;
         if stored.is_some() {
-            self.metrics.cluster_shared("stored");
+            self.metrics.shared(Shared::Stored);
         }
     }
 
@@ -421,9 +417,11 @@ impl Cluster {
             .arg("NX")
             .ignore();
         let taken = self
-            .round_trip("lease", "taking a lease failed", |mut c| async move {
-                pipe.query_async::<(Option<String>,)>(&mut c).await
-            })
+            .round_trip(
+                RoundTrip::Lease,
+                "taking a lease failed",
+                |mut c| async move { pipe.query_async::<(Option<String>,)>(&mut c).await },
+            )
             .await;
         match taken {
             Some((Some(_),)) => Lease::Won,
@@ -439,9 +437,11 @@ impl Cluster {
         }
         let mut invocation = self.release.key(self.names.lease(identity));
         invocation.arg(&self.replica);
-        self.round_trip("release", "releasing a lease failed", |mut c| async move {
-            invocation.invoke_async::<i64>(&mut c).await
-        })
+        self.round_trip(
+            RoundTrip::Release,
+            "releasing a lease failed",
+            |mut c| async move { invocation.invoke_async::<i64>(&mut c).await },
+        )
         .await;
     }
 
@@ -449,14 +449,14 @@ impl Cluster {
     /// a timeout marks Redis down (`failing` says what failed) and answers None.
     async fn round_trip<T, F>(
         &self,
-        kind: &'static str,
+        kind: RoundTrip,
         failing: &'static str,
         ask: impl FnOnce(ConnectionManager) -> F,
     ) -> Option<T>
     where
         F: std::future::Future<Output = redis::RedisResult<T>>,
     {
-        self.metrics.cluster_redis(kind);
+        self.metrics.round_trip(kind);
         let answer =
             tokio::time::timeout(self.settings.redis_timeout, ask(self.connection.clone())).await;
         match answer {
@@ -468,13 +468,19 @@ impl Cluster {
         }
     }
 
+    /// The tier's counters (the cache's side of the tier counts its lease waits and what it
+    /// keeps local there).
+    pub fn metrics(&self) -> &ClusterMetrics {
+        &self.metrics
+    }
+
     /// Whether another replica still holds the lease on `identity`.
     pub async fn lease_held(&self, identity: &[u8]) -> bool {
         if self.health.is_degraded() {
             return false;
         }
         let mut connection = self.connection.clone();
-        self.metrics.cluster_redis("lease_check");
+        self.metrics.round_trip(RoundTrip::LeaseCheck);
         let held = tokio::time::timeout(
             self.settings.redis_timeout,
             redis::cmd("EXISTS")

@@ -20,7 +20,8 @@ use super::announce::Message;
 use super::health::{Health, HEARTBEAT};
 use super::{client, now_ms, Consistency};
 use crate::catalog::writes::Touched;
-use crate::ops::metrics::Metrics;
+use crate::telemetry::cluster::Heard;
+use crate::telemetry::ClusterMetrics;
 
 /// How long after a heartbeat's answer its echo on the subscription may still arrive, beyond
 /// the Redis timeout (the echo is sent before the answer; this is for a busy machine).
@@ -39,9 +40,9 @@ impl Listening {
         self.0.load(Ordering::Acquire)
     }
 
-    fn set(&self, live: bool, metrics: &Metrics) {
+    fn set(&self, live: bool, metrics: &ClusterMetrics) {
         self.0.store(live, Ordering::Release);
-        metrics.cluster_subscribed.set(i64::from(live));
+        metrics.subscribed(live);
     }
 }
 
@@ -57,7 +58,7 @@ pub struct Subscriber {
     pub listening: Arc<Listening>,
     /// Which heartbeats Redis took (each must be heard here).
     pub health: Arc<Health>,
-    pub metrics: Arc<Metrics>,
+    pub metrics: Arc<ClusterMetrics>,
     pub invalidate: mpsc::UnboundedSender<Touched>,
 }
 
@@ -191,18 +192,17 @@ impl Subscriber {
             .and_then(|v| redis::from_redis_value_ref::<Vec<u8>>(v).ok());
         let Some(message) = payload.and_then(|p| serde_json::from_slice::<Message>(&p).ok()) else {
             // Something wrote to the channel that icecache cannot read: assume the worst.
-            self.metrics.cluster_received("unreadable");
+            self.metrics.heard(Heard::Unreadable);
             let _ = self.invalidate.send(Touched::Everything);
             return;
         };
         if message.r == self.replica {
             return;
         }
-        self.metrics.cluster_received("ok");
+        self.metrics.heard(Heard::Ok);
         let delay = now_ms().saturating_sub(message.ms);
         self.metrics
-            .cluster_propagation
-            .observe(Duration::from_millis(delay).as_secs_f64());
+            .propagated(Duration::from_millis(delay).as_secs_f64());
         let _ = self.invalidate.send(message.touched());
     }
 }

@@ -211,7 +211,7 @@ keys! {
         "`false`: every request passes through (the credential policy still applies)";
     "cache.gzip", Some("cache-gzip"), Kind::Bool, Value("true"), Applied, false,
         "keep a gzip copy of each cached body over 1 KiB (made once per fill, never for injected bodies) for clients whose `Accept-Encoding` takes gzip; it has its own ETag and counts toward `max_bytes`";
-    "cache.max_bytes", Some("cache-max-bytes"), size(1 << 20), Value("256MiB"), Restart, false,
+    "cache.max_bytes", Some("cache-max-bytes"), size(0), Value("256MiB"), Restart, false,
         "memory bound of the cache: bodies, gzip copies, headers, keys and the bookkeeping around each entry";
     "cache.max_entry_bytes", Some("cache-max-entry-bytes"), size(0), Value("32MiB"), Applied, false,
         "larger answers are not cached (`x-cache: BYPASS`); the default is `cache.max_bytes` when that is smaller";

@@ -25,10 +25,10 @@ pub use validate::ConfigErrors;
 use crate::cluster::settings::ClusterSettings;
 use crate::events::settings::EventsSettings;
 use crate::listener::tls::{ListenerTls, UpstreamTls};
-use crate::ops::logging::LogFormat;
 use crate::origin::UpstreamUrl;
 use crate::policy::Policies;
 use crate::secret::Secret;
+use crate::telemetry::logging::LogFormat;
 use keys::{Reload, KEYS};
 
 /// Exit code for a configuration that does not validate (BSD `EX_USAGE`).

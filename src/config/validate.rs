@@ -12,11 +12,11 @@ use super::raw::Raw;
 use super::values::Values;
 use super::{CacheSettings, ConfigError, Settings};
 use crate::listener::tls::{self, ListenerTls, UpstreamTls};
-use crate::ops::logging::LogFormat;
 use crate::origin::UpstreamUrl;
 use crate::policy::identity::identity_headers;
 use crate::policy::{self, InjectSource, KeyPatterns, PolicySettings};
 use crate::secret::Secret;
+use crate::telemetry::logging::LogFormat;
 
 mod cluster;
 mod events;

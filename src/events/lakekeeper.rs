@@ -7,7 +7,7 @@
 
 use serde::Deserialize;
 
-use super::{Change, Rejection};
+use super::{Change, EventType, Rejection};
 use crate::catalog::names::LooseName;
 use crate::catalog::writes::Touched;
 
@@ -32,7 +32,7 @@ struct CloudEvent {
 #[derive(Debug, PartialEq, Eq)]
 pub struct Event {
     pub change: Change,
-    pub kind: &'static str,
+    pub kind: EventType,
     pub made_ms: Option<u64>,
 }
 
@@ -45,7 +45,7 @@ pub fn read(body: &[u8], prefix_template: &str) -> Result<Event, Rejection> {
     }
     let kind = KINDS
         .iter()
-        .find(|k| **k == event.kind)
+        .find(|k| k.as_str() == event.kind)
         .copied()
         .ok_or(Rejection::UnknownType)?;
     let namespace: Vec<String> = event.namespace.split('\u{1f}').map(str::to_owned).collect();
@@ -63,7 +63,7 @@ pub fn read(body: &[u8], prefix_template: &str) -> Result<Event, Rejection> {
         }
     }
     let touched = match kind {
-        "renameTable" | "renameView" => Touched::Everything,
+        EventType::RenameTable | EventType::RenameView => Touched::Everything,
         _ => Touched::Tables(vec![LooseName::new(&namespace, &event.name)]),
     };
     Ok(Event {
@@ -75,17 +75,17 @@ pub fn read(body: &[u8], prefix_template: &str) -> Result<Event, Rejection> {
 
 /// The types that change what a load answers (namespace events do not name tables; Lakekeeper
 /// publishes no namespace drop).
-const KINDS: [&str; 10] = [
-    "updateTable",
-    "createTable",
-    "registerTable",
-    "dropTable",
-    "renameTable",
-    "createView",
-    "updateView",
-    "dropView",
-    "renameView",
-    "undropTabulars",
+const KINDS: [EventType; 10] = [
+    EventType::UpdateTable,
+    EventType::CreateTable,
+    EventType::RegisterTable,
+    EventType::DropTable,
+    EventType::RenameTable,
+    EventType::CreateView,
+    EventType::UpdateView,
+    EventType::DropView,
+    EventType::RenameView,
+    EventType::UndropTabulars,
 ];
 
 /// The Unix milliseconds a UUIDv7 carries in its first 48 bits.
@@ -107,7 +107,7 @@ mod tests {
     #[test]
     fn an_update_names_its_table_in_its_warehouse() {
         let event = read(UPDATE.as_bytes(), "{warehouse_id}").unwrap();
-        assert_eq!(event.kind, "updateTable");
+        assert_eq!(event.kind, EventType::UpdateTable);
         assert_eq!(
             event.change,
             Change {

@@ -9,13 +9,20 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use crate::ops::metrics::Metrics;
+use super::Gap;
+use crate::telemetry::{EventMetrics, Label};
 
 /// One configured source.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SourceId {
     SeaweedFs,
     Nats,
+}
+
+impl Label for SourceId {
+    fn as_str(self) -> &'static str {
+        SourceId::as_str(self)
+    }
 }
 
 impl SourceId {
@@ -30,14 +37,14 @@ impl SourceId {
 pub struct Liveness {
     epoch: AtomicU64,
     sources: Vec<(SourceId, AtomicBool)>,
-    metrics: Arc<Metrics>,
+    metrics: Arc<EventMetrics>,
 }
 
 impl Liveness {
     /// The configured sources, each Degraded until it says it is live.
-    pub fn new(sources: &[SourceId], metrics: Arc<Metrics>) -> Liveness {
+    pub fn new(sources: &[SourceId], metrics: Arc<EventMetrics>) -> Liveness {
         for source in sources {
-            metrics.events.source_up(source.as_str(), false);
+            metrics.source_up(*source, false);
         }
         Liveness {
             epoch: AtomicU64::new(1),
@@ -79,31 +86,35 @@ impl Liveness {
             }
             // The flag before the epoch: a stamp read between them is already old.
             self.epoch.fetch_add(1, Ordering::AcqRel);
-            self.metrics.events.source_up(source.as_str(), true);
+            self.metrics.source_up(source, true);
             tracing::info!(source = source.as_str(), "event source live");
         }
     }
 
     /// The source may be missing events (disconnected, hung): every entry back to
     /// `cache.fresh_for` until it is live again.
-    pub fn down(&self, source: SourceId, why: &str) {
+    pub fn down(&self, source: SourceId, why: Gap) {
         if let Some(flag) = self.flag(source) {
             let was_live = flag.swap(false, Ordering::AcqRel);
             self.epoch.fetch_add(1, Ordering::AcqRel);
-            self.metrics.events.source_up(source.as_str(), false);
+            self.metrics.source_up(source, false);
             if was_live {
-                self.metrics.events.gap(source.as_str(), why);
-                tracing::warn!(source = source.as_str(), why, "event source degraded");
+                self.metrics.gap(source, why);
+                tracing::warn!(
+                    source = source.as_str(),
+                    why = why.as_str(),
+                    "event source degraded"
+                );
             }
         }
     }
 
     /// The source lost some events but is still delivering: entries filled before now go back
     /// to `cache.fresh_for`; later ones keep the window.
-    pub fn gap(&self, source: SourceId, why: &str) {
+    pub fn gap(&self, source: SourceId, why: Gap) {
         self.epoch.fetch_add(1, Ordering::AcqRel);
-        self.metrics.events.gap(source.as_str(), why);
-        tracing::warn!(source = source.as_str(), why, "events lost");
+        self.metrics.gap(source, why);
+        tracing::warn!(source = source.as_str(), why = why.as_str(), "events lost");
     }
 
     /// Each configured source and whether it is live, for `/cache/stats`.
@@ -137,13 +148,20 @@ mod tests {
     fn both() -> Liveness {
         Liveness::new(
             &[SourceId::SeaweedFs, SourceId::Nats],
-            Arc::new(Metrics::new()),
+            Arc::new(crate::telemetry::Metrics::new()).events.clone(),
         )
     }
 
     #[test]
     fn no_source_gives_no_stamp() {
-        assert_eq!(Liveness::new(&[], Arc::new(Metrics::new())).stamp(), None);
+        assert_eq!(
+            Liveness::new(
+                &[],
+                Arc::new(crate::telemetry::Metrics::new()).events.clone()
+            )
+            .stamp(),
+            None
+        );
     }
 
     #[test]
@@ -163,10 +181,10 @@ mod tests {
         l.up(SourceId::SeaweedFs);
         l.up(SourceId::Nats);
         let old = l.stamp().unwrap();
-        l.gap(SourceId::Nats, "sequence_hole");
+        l.gap(SourceId::Nats, Gap::SequenceHole);
         assert!(!l.is_current(old));
         let after_gap = l.stamp().expect("still live after a gap");
-        l.down(SourceId::Nats, "disconnected");
+        l.down(SourceId::Nats, Gap::Disconnected);
         assert!(!l.is_current(after_gap));
         assert_eq!(l.stamp(), None);
         l.up(SourceId::Nats);

@@ -23,6 +23,8 @@ use std::sync::Arc;
 use crate::catalog::writes::Touched;
 
 pub use liveness::{Liveness, SourceId};
+
+use crate::telemetry::Label;
 pub use settings::EventsSettings;
 
 /// What one event says changed: tables, a namespace or everything, in the warehouses named
@@ -57,6 +59,85 @@ impl Rejection {
     /// not authenticate was never the catalog's.
     pub fn loses_an_event(self) -> bool {
         self != Rejection::Unauthorized
+    }
+}
+
+impl Label for Rejection {
+    fn as_str(self) -> &'static str {
+        Rejection::as_str(self)
+    }
+}
+
+/// The type an event says it is: a label of `icecache_events_received_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventType {
+    /// SeaweedFS's filer events.
+    Create,
+    Update,
+    Delete,
+    Rename,
+    /// Lakekeeper's CloudEvents.
+    UpdateTable,
+    CreateTable,
+    RegisterTable,
+    DropTable,
+    RenameTable,
+    CreateView,
+    UpdateView,
+    DropView,
+    RenameView,
+    UndropTabulars,
+}
+
+impl EventType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventType::Create => "create",
+            EventType::Update => "update",
+            EventType::Delete => "delete",
+            EventType::Rename => "rename",
+            EventType::UpdateTable => "updateTable",
+            EventType::CreateTable => "createTable",
+            EventType::RegisterTable => "registerTable",
+            EventType::DropTable => "dropTable",
+            EventType::RenameTable => "renameTable",
+            EventType::CreateView => "createView",
+            EventType::UpdateView => "updateView",
+            EventType::DropView => "dropView",
+            EventType::RenameView => "renameView",
+            EventType::UndropTabulars => "undropTabulars",
+        }
+    }
+}
+
+impl Label for EventType {
+    fn as_str(self) -> &'static str {
+        EventType::as_str(self)
+    }
+}
+
+/// Why a source may have lost events: a label of `icecache_events_gaps_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Gap {
+    Disconnected,
+    Shutdown,
+    ConsumerError,
+    SlowConsumer,
+    SequenceHole,
+    /// A message that may have been a real event could not be read.
+    Unreadable(Rejection),
+}
+
+impl Label for Gap {
+    fn as_str(self) -> &'static str {
+        match self {
+            Gap::Disconnected => "disconnected",
+            Gap::Shutdown => "shutdown",
+            Gap::ConsumerError => "consumer_error",
+            Gap::SlowConsumer => "slow_consumer",
+            Gap::SequenceHole => "sequence_hole",
+            Gap::Unreadable(rejection) => rejection.as_str(),
+        }
     }
 }
 

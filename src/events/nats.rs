@@ -13,9 +13,9 @@ use futures::StreamExt;
 use tokio::sync::{mpsc, watch};
 
 use super::settings::{NatsSettings, MAX_EVENT_BYTES, NATS_CONSUMER_INACTIVE, NATS_PING_INTERVAL};
-use super::{lakekeeper, Apply, Liveness, SourceId};
-use crate::cluster::now_ms;
-use crate::ops::metrics::Metrics;
+use super::{lakekeeper, Apply, Gap, Liveness, SourceId};
+use crate::clock::now_ms;
+use crate::telemetry::EventMetrics;
 
 const SOURCE: SourceId = SourceId::Nats;
 /// How long to wait before setting the JetStream consumer up again after it failed.
@@ -24,7 +24,7 @@ const RETRY: Duration = Duration::from_secs(1);
 pub struct Subscriber {
     pub settings: NatsSettings,
     pub liveness: Arc<Liveness>,
-    pub metrics: Arc<Metrics>,
+    pub metrics: Arc<EventMetrics>,
     pub apply: Apply,
 }
 
@@ -58,7 +58,7 @@ impl Subscriber {
             _ = self.consume(&client, &mut connection) => {}
             _ = shutdown.changed() => {}
         }
-        self.liveness.down(SOURCE, "shutdown");
+        self.liveness.down(SOURCE, Gap::Shutdown);
     }
 
     async fn consume(
@@ -70,7 +70,7 @@ impl Subscriber {
             None => self.plain(client, connection).await,
             Some(stream) => loop {
                 self.jetstream(client, stream, connection).await;
-                self.liveness.down(SOURCE, "consumer_error");
+                self.liveness.down(SOURCE, Gap::ConsumerError);
                 tokio::time::sleep(RETRY).await;
             },
         }
@@ -80,9 +80,9 @@ impl Subscriber {
     fn connection_changed(&self, event: &async_nats::Event) {
         match event {
             async_nats::Event::Disconnected | async_nats::Event::Closed => {
-                self.liveness.down(SOURCE, "disconnected");
+                self.liveness.down(SOURCE, Gap::Disconnected);
             }
-            async_nats::Event::SlowConsumer(_) => self.liveness.gap(SOURCE, "slow_consumer"),
+            async_nats::Event::SlowConsumer(_) => self.liveness.gap(SOURCE, Gap::SlowConsumer),
             _ => {}
         }
     }
@@ -173,7 +173,7 @@ impl Subscriber {
         if last > 0 && first > last + 1 {
             // The stream discarded events this consumer never read (counted once: the next
             // one delivered is the stream's first).
-            self.liveness.gap(SOURCE, "sequence_hole");
+            self.liveness.gap(SOURCE, Gap::SequenceHole);
             last = first - 1;
         }
         if info.num_pending == 0 && info.num_ack_pending == 0 {
@@ -209,10 +209,10 @@ impl Subscriber {
                     let published = u64::try_from(info.published.unix_timestamp_nanos() / 1_000_000).ok();
                     if sequence <= last {
                         // Delivered again (a redelivery, a replay): applied already.
-                        self.metrics.events.duplicate(SOURCE.as_str());
+                        self.metrics.duplicate(SOURCE);
                     } else {
                         if last > 0 && sequence > last + 1 {
-                            self.liveness.gap(SOURCE, "sequence_hole");
+                            self.liveness.gap(SOURCE, Gap::SequenceHole);
                         }
                         self.apply_one(&message.payload, published).await;
                         last = sequence;
@@ -231,7 +231,7 @@ impl Subscriber {
     /// Reads one message and applies it; an unreadable one is counted, and (since it may have
     /// been a real event) is a gap.
     async fn apply_one(&self, payload: &[u8], published_ms: Option<u64>) {
-        let source = SOURCE.as_str();
+        let source = SOURCE;
         let read = if payload.len() > MAX_EVENT_BYTES {
             Err(super::Rejection::Oversized)
         } else {
@@ -239,18 +239,17 @@ impl Subscriber {
         };
         match read {
             Ok(event) => {
-                self.metrics.events.received(source, event.kind);
+                self.metrics.received(source, event.kind);
                 if let Some(made) = published_ms.or(event.made_ms) {
                     self.metrics
-                        .events
                         .lag(source, now_ms().saturating_sub(made) as f64 / 1000.0);
                 }
                 (self.apply)(event.change).await;
             }
             Err(rejection) => {
-                self.metrics.events.rejected(source, rejection.as_str());
+                self.metrics.rejected(source, rejection);
                 if rejection.loses_an_event() {
-                    self.liveness.gap(SOURCE, rejection.as_str());
+                    self.liveness.gap(SOURCE, Gap::Unreadable(rejection));
                 }
             }
         }

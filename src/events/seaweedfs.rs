@@ -8,7 +8,7 @@
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::{Change, Rejection};
+use super::{Change, EventType, Rejection};
 use crate::catalog::names::{loose_namespace, LooseName};
 use crate::catalog::writes::Touched;
 
@@ -16,9 +16,9 @@ use crate::catalog::writes::Touched;
 #[derive(Debug, PartialEq, Eq)]
 pub enum Reading {
     /// The event and its type (for the received counter).
-    Change(Change, &'static str),
+    Change(Change, EventType),
     /// An event about something that is not a table or namespace (a data file, an upload).
-    Unrelated(&'static str),
+    Unrelated(EventType),
 }
 
 #[derive(Deserialize)]
@@ -34,10 +34,10 @@ pub fn read(body: &[u8]) -> Result<Reading, Rejection> {
     let text = std::str::from_utf8(body).map_err(|_| Rejection::Malformed)?;
     let message: Message = serde_json::from_str(text).map_err(|_| Rejection::Malformed)?;
     let kind = match message.event_type.as_str() {
-        "create" => "create",
-        "update" => "update",
-        "delete" => "delete",
-        "rename" => "rename",
+        "create" => EventType::Create,
+        "update" => EventType::Update,
+        "delete" => EventType::Delete,
+        "rename" => EventType::Rename,
         _ => return Err(Rejection::UnknownType),
     };
     let mut places = vec![message.key.as_str()];
@@ -60,7 +60,9 @@ pub fn read(body: &[u8]) -> Result<Reading, Rejection> {
                 prefixes.push(bucket.to_owned());
             }
             // A namespace's own properties change nothing a load answers; its removal does.
-            Place::Namespace { bucket, namespace } if kind == "delete" || kind == "rename" => {
+            Place::Namespace { bucket, namespace }
+                if matches!(kind, EventType::Delete | EventType::Rename) =>
+            {
                 namespaces.push(loose_namespace(&[namespace.to_owned()]));
                 prefixes.push(bucket.to_owned());
             }
@@ -142,7 +144,7 @@ mod tests {
                     prefixes: vec!["warehouse".into()],
                     touched: Touched::Tables(vec![table("ev", "t1")]),
                 },
-                "update"
+                EventType::Update
             )
         );
     }

@@ -24,7 +24,7 @@ use thiserror::Error;
 
 use crate::catalog::route::Operation;
 use crate::listener::tls::{self, ReloadingCert, TlsError, UpstreamTls};
-use crate::ops::metrics::Metrics;
+use crate::telemetry::upstream::{Failure, UpstreamMetrics};
 use crate::wire::body::{empty, read_to_bytes, Body, ReadError};
 use crate::wire::headers::{forwarded_headers, remove_hop_by_hop, Forwarded};
 
@@ -81,11 +81,11 @@ impl OriginError {
     }
 
     /// The `kind` label of `icecache_upstream_errors_total`.
-    pub fn kind(&self) -> &'static str {
+    pub fn failure(&self) -> Failure {
         match self {
-            OriginError::Connect(_) => "connect",
-            OriginError::Timeout(_) | OriginError::Stalled(_) => "timeout",
-            _ => "protocol",
+            OriginError::Connect(_) => Failure::Connect,
+            OriginError::Timeout(_) | OriginError::Stalled(_) => Failure::Timeout,
+            _ => Failure::Protocol,
         }
     }
 }
@@ -251,7 +251,7 @@ pub struct Origin {
     url: UpstreamUrl,
     request_timeout: Duration,
     answered: AtomicBool,
-    metrics: Arc<Metrics>,
+    metrics: Arc<UpstreamMetrics>,
 }
 
 impl Origin {
@@ -261,7 +261,7 @@ impl Origin {
         tls_settings: &UpstreamTls,
         connect_timeout: Duration,
         request_timeout: Duration,
-        metrics: Arc<Metrics>,
+        metrics: Arc<UpstreamMetrics>,
     ) -> Result<(Self, Option<Arc<ReloadingCert>>), TlsError> {
         let mut http = HttpConnector::new();
         http.set_connect_timeout(Some(connect_timeout));
@@ -325,7 +325,7 @@ impl Origin {
         let outcome =
             tokio::time::timeout(self.request_timeout, self.client.request(outgoing)).await;
         self.metrics
-            .upstream_duration(operation.as_str())
+            .duration(operation)
             .observe(started.elapsed().as_secs_f64());
         let result = match outcome {
             Err(_) => Err(OriginError::Timeout(self.request_timeout)),
@@ -341,9 +341,9 @@ impl Origin {
         match &result {
             Ok(response) => {
                 self.answered.store(true, Ordering::Relaxed);
-                self.metrics.upstream_response(response.status());
+                self.metrics.response(response.status());
             }
-            Err(e) => self.metrics.upstream_error(e.kind()),
+            Err(e) => self.metrics.failure(e.failure()),
         }
         result
     }
@@ -373,7 +373,7 @@ impl Origin {
     pub fn read_failed(&self, error: ReadError) -> OriginError {
         let error = OriginError::from(error);
         if !matches!(error, OriginError::TooLarge { .. }) {
-            self.metrics.upstream_error(error.kind());
+            self.metrics.failure(error.failure());
         }
         error
     }

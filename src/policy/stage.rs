@@ -7,11 +7,16 @@
 //! header; an answer the walk cannot read whole is refused rather than passed on. Under
 //! `passthrough` the same walk decides whether a table's body is free of credentials.
 
+use std::sync::Arc;
+
 use bytes::Bytes;
+use http::HeaderMap;
 use thiserror::Error;
 
 use super::credentials::{self, spliced, Layout, Unreadable, Vended};
 use super::{Credentials, KeyPatterns, Policy};
+use crate::telemetry::CredentialMetrics;
+use crate::wire::encoding::decode;
 use crate::wire::json_walk::without_named;
 
 /// What a route's successful answer is.
@@ -147,18 +152,79 @@ fn names_a_secret(quoted: &str, secret: &KeyPatterns) -> bool {
     serde_json::from_str::<String>(&format!("\"{quoted}\"")).is_ok_and(|name| secret.matches(&name))
 }
 
-/// `process`, on a blocking thread when the body is large.
-pub async fn process_off_thread(
-    shape: Shape,
-    body: Bytes,
-    policy: std::sync::Arc<Policy>,
-) -> Result<Processed, Refusal> {
-    if body.len() < OFFLOAD_BYTES {
-        return process(shape, body, &policy);
+/// The policy stage as the proxy and the cache run it: `process` and the decoding before it,
+/// with every answer it refuses, strips or serves with injected properties counted, whoever
+/// calls it.
+pub struct Stage {
+    metrics: Arc<CredentialMetrics>,
+}
+
+impl Stage {
+    pub fn new(metrics: Arc<CredentialMetrics>) -> Stage {
+        Stage { metrics }
     }
-    tokio::task::spawn_blocking(move || process(shape, body, &policy))
-        .await
-        .unwrap_or(Err(Refusal::ShuttingDown))
+
+    /// `process`, counted.
+    pub fn process(
+        &self,
+        shape: Shape,
+        body: Bytes,
+        policy: &Policy,
+    ) -> Result<Processed, Refusal> {
+        count(&self.metrics, process(shape, body, policy))
+    }
+
+    /// `process`, counted, on a blocking thread when the body is large.
+    pub async fn process_off_thread(
+        &self,
+        shape: Shape,
+        body: Bytes,
+        policy: Arc<Policy>,
+    ) -> Result<Processed, Refusal> {
+        if body.len() < OFFLOAD_BYTES {
+            return self.process(shape, body, &policy);
+        }
+        let metrics = self.metrics.clone();
+        tokio::task::spawn_blocking(move || count(&metrics, process(shape, body, &policy)))
+            .await
+            .unwrap_or(Err(Refusal::ShuttingDown))
+    }
+
+    /// An answer the catalog encoded although the identity encoding was asked for, decoded
+    /// (not trusted as it is); one that cannot be is a counted refusal.
+    pub fn decode(
+        &self,
+        headers: &mut HeaderMap,
+        body: Bytes,
+        limit: usize,
+    ) -> Result<Bytes, Refusal> {
+        decode(headers, body, limit).map_err(|e| self.refuse(e.into()))
+    }
+
+    /// Counts a refusal made on the stage's behalf.
+    pub fn refuse(&self, refusal: Refusal) -> Refusal {
+        self.metrics.refused();
+        refusal
+    }
+
+    /// Counts an answer as served: in more than one piece, it carries injected properties.
+    pub fn served(&self, pieces: &[Bytes]) {
+        if pieces.len() > 1 {
+            self.metrics.injected();
+        }
+    }
+}
+
+fn count(
+    metrics: &CredentialMetrics,
+    result: Result<Processed, Refusal>,
+) -> Result<Processed, Refusal> {
+    match &result {
+        Ok(processed) if processed.removed > 0 => metrics.stripped(),
+        Ok(_) => {}
+        Err(_) => metrics.refused(),
+    }
+    result
 }
 
 /// The pieces of a served body: the processed bytes with the policy's injected properties

@@ -43,18 +43,18 @@ pub async fn serve(
     let plain = match decode(&mut parts.headers, raw.clone(), MAX_CONFIG_BODY) {
         Ok(plain) => plain,
         Err(_) if !strips => return Ok(Response::from_parts(parts, full(raw))),
-        Err(e) => {
-            exchange.state.metrics.credentials_refused.inc();
-            return Err(ProxyError::Refused(e.into()));
-        }
+        Err(e) => return Err(ProxyError::Refused(exchange.state.stage.refuse(e.into()))),
     };
     let secrets = strips.then(|| exchange.policy.strip.as_ref());
     let answer = config_rewrite::read(&plain, &public_url, secrets);
     if answer.is_none() && strips {
         // Not a JSON object icecache can read: nothing says what a client would read in it.
-        exchange.state.metrics.credentials_refused.inc();
         let not_an_object = serde_json::Error::custom("/v1/config is not a JSON object");
-        return Err(ProxyError::Refused(Refusal::NotJson(not_an_object.into())));
+        let refusal = exchange
+            .state
+            .stage
+            .refuse(Refusal::NotJson(not_an_object.into()));
+        return Err(ProxyError::Refused(refusal));
     }
     if let Some(separator) = answer.as_ref().and_then(|a| a.separator.as_ref()) {
         exchange.state.separator.learn(separator);

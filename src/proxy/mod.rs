@@ -22,13 +22,21 @@ use crate::catalog::route::{classify, operation_of, Operation, Route};
 use crate::catalog::writes;
 use crate::config::Settings;
 use crate::error::{self, ProxyError};
-use crate::ops::access_log::Outcome;
 use crate::origin::{OriginRequest, Outgoing, Sending};
 use crate::policy::stage::Shape;
 use crate::policy::Policy;
 use crate::state::State;
 use crate::wire::body::Body;
 use crate::wire::host::check_host;
+
+/// What the handler did with a request, set on every response it writes (the access log reads
+/// it to count and log the request).
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    pub operation: Operation,
+    pub phase: Option<CachePhase>,
+    pub reason: Option<NoCacheReason>,
+}
 
 /// One request, as every part of the handler sees it.
 pub struct Exchange<'a> {

@@ -10,10 +10,9 @@ use hyper::body::Incoming;
 use super::Exchange;
 use crate::cache::POLICY_READ_LIMIT;
 use crate::error::ProxyError;
-use crate::policy::stage::{self, Refusal, Shape};
+use crate::policy::stage::{self, Shape};
 use crate::policy::{Credentials, Policy};
 use crate::wire::body::{pieces, read_to_bytes, stream, Body};
-use crate::wire::encoding::decode;
 use crate::wire::headers::remove_hop_by_hop;
 
 /// Whether an answer of `shape` goes through the policy stage under `policy`.
@@ -45,27 +44,21 @@ pub async fn relay(
         .await
         .map_err(|e| ProxyError::Origin(exchange.state.origin.read_failed(e)))?;
     // Asked for the identity encoding; a catalog that encodes anyway is decoded, not trusted.
-    let bytes = decode(&mut parts.headers, bytes, POLICY_READ_LIMIT)
-        .map_err(Refusal::from)
-        .inspect_err(|_| exchange.state.metrics.credentials_refused.inc())?;
+    let stage = &exchange.state.stage;
+    let bytes = stage.decode(&mut parts.headers, bytes, POLICY_READ_LIMIT)?;
     if bytes.is_empty() {
         return Ok(Response::from_parts(parts, pieces(vec![bytes])));
     }
-    let processed = stage::process_off_thread(shape, bytes, exchange.policy.clone())
-        .await
-        .inspect_err(|_| exchange.state.metrics.credentials_refused.inc())?;
-    if processed.removed > 0 {
-        exchange.state.metrics.credentials_stripped.inc();
-    }
+    let processed = stage
+        .process_off_thread(shape, bytes, exchange.policy.clone())
+        .await?;
     let served = stage::served(
         &processed.body,
         processed.config_empty,
         shape,
         &exchange.policy,
     );
-    if served.len() > 1 {
-        exchange.state.metrics.credentials_injected.inc();
-    }
+    stage.served(&served);
     let length: usize = served.iter().map(bytes::Bytes::len).sum();
     // The catalog's validators named the body it sent, not this one.
     parts.headers.remove(header::ETAG);

@@ -10,6 +10,7 @@ use http::Request;
 use hyper::body::Incoming;
 
 use super::{answer_shape, origin_request, relay, Exchange};
+use crate::cache::Cause;
 use crate::catalog::writes::{names_in_body, touched, Touched};
 use crate::cluster::Cover;
 use crate::error::ProxyError;
@@ -59,7 +60,7 @@ pub async fn serve(
         if invalidates {
             if let Some(cache) = &cache {
                 (_, cover) = cache
-                    .invalidate_everywhere(&touched, operation.as_str())
+                    .invalidate_everywhere(&touched, Cause::Write(operation))
                     .await;
             }
         }

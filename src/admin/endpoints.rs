@@ -6,10 +6,11 @@ use std::sync::Arc;
 use http::header::{self, HeaderValue};
 use http::{Method, Request, Response, StatusCode};
 
-use super::metrics::Totals;
+use crate::cache::Cause;
 use crate::catalog::route::{decode_component, decode_namespace};
 use crate::error::iceberg_error;
 use crate::state::State;
+use crate::telemetry::Totals;
 use crate::wire::body::{empty, full, Body};
 
 pub async fn handle<B>(state: Arc<State>, request: Request<B>) -> Response<Body>
@@ -107,8 +108,8 @@ fn stats(state: &State) -> Response<Body> {
         "tables_indexed": tables,
         "confirmed_callers": cache.confirmed_callers(),
         "load_table_requests": m.totals(Totals::Requests, "cache"),
-        "not_modified": m.cache_not_modified.get(),
-        "coalesced_waiters": m.cache_coalesced_waiters.get(),
+        "not_modified": m.cache.not_modified_count(),
+        "coalesced_waiters": m.cache.coalesced_count(),
         "revalidations": m.totals(Totals::Revalidations, "result"),
         "bypasses": m.totals(Totals::Bypasses, "reason"),
         "evictions": m.totals(Totals::Evictions, "cause"),
@@ -140,8 +141,8 @@ where
     B: http_body::Body<Data = bytes::Bytes> + Send + 'static,
     B::Error: Into<crate::wire::body::BoxError>,
 {
-    use crate::events::{seaweedfs, settings::MAX_EVENT_BYTES, Rejection, SourceId};
-    let source = SourceId::SeaweedFs.as_str();
+    use crate::events::{seaweedfs, settings::MAX_EVENT_BYTES, Gap, Rejection, SourceId};
+    let source = SourceId::SeaweedFs;
     let settings = state.settings();
     let authorised_now = settings
         .events
@@ -149,9 +150,9 @@ where
         .as_ref()
         .is_some_and(|token| authorised(&request, token.expose()));
     let refuse = |rejection: Rejection, status: StatusCode, message: &str| {
-        state.metrics.events.rejected(source, rejection.as_str());
+        state.metrics.events.rejected(source, rejection);
         if rejection.loses_an_event() {
-            state.events.gap(SourceId::SeaweedFs, rejection.as_str());
+            state.events.gap(source, Gap::Unreadable(rejection));
         }
         let kind = match status {
             StatusCode::UNAUTHORIZED => "NotAuthorizedException",
@@ -201,7 +202,7 @@ where
             let removed = match &state.cache {
                 Some(cache) => {
                     cache
-                        .invalidate_in_everywhere(&change.prefixes, &change.touched, "event")
+                        .invalidate_in_everywhere(&change.prefixes, &change.touched, Cause::Event)
                         .await
                 }
                 None => 0,

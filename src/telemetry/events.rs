@@ -1,9 +1,11 @@
-//! The metrics of catalog change events: what each source delivered, what was refused and why,
-//! what was lost, whether the source is live, and how long events took to arrive.
+//! Catalog change events: what each source delivered, what was refused and why, what was lost,
+//! whether the source is live, and how long events took to arrive. The series of every source
+//! and reason are made at start, so that rates and alerts see them at once.
 
 use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry};
 
-use super::metrics::{counter_vec, register};
+use super::registry::{counter_vec, register};
+use super::Label;
 
 pub struct EventMetrics {
     received: IntCounterVec,
@@ -119,37 +121,47 @@ impl EventMetrics {
         metrics
     }
 
-    pub fn received(&self, source: &str, kind: &str) {
-        self.received.with_label_values(&[source, kind]).inc();
+    pub fn received(&self, source: impl Label, kind: impl Label) {
+        self.received
+            .with_label_values(&[source.as_str(), kind.as_str()])
+            .inc();
     }
 
-    pub fn rejected(&self, source: &str, reason: &str) {
-        self.rejected.with_label_values(&[source, reason]).inc();
+    pub fn rejected(&self, source: impl Label, reason: impl Label) {
+        self.rejected
+            .with_label_values(&[source.as_str(), reason.as_str()])
+            .inc();
     }
 
-    pub fn unrelated(&self, source: &str) {
-        self.unrelated.with_label_values(&[source]).inc();
+    pub fn unrelated(&self, source: impl Label) {
+        self.unrelated.with_label_values(&[source.as_str()]).inc();
     }
 
-    pub fn duplicate(&self, source: &str) {
-        self.duplicates.with_label_values(&[source]).inc();
+    pub fn duplicate(&self, source: impl Label) {
+        self.duplicates.with_label_values(&[source.as_str()]).inc();
     }
 
-    pub fn gap(&self, source: &str, reason: &str) {
-        self.gaps.with_label_values(&[source, reason]).inc();
+    pub fn gap(&self, source: impl Label, reason: impl Label) {
+        self.gaps
+            .with_label_values(&[source.as_str(), reason.as_str()])
+            .inc();
     }
 
-    pub fn invalidated(&self, source: &str, entries: usize) {
+    pub fn invalidated(&self, source: impl Label, entries: usize) {
         self.invalidated
-            .with_label_values(&[source])
-            .inc_by(entries as u64);
+            .with_label_values(&[source.as_str()])
+            .inc_by(u64::try_from(entries).unwrap_or(u64::MAX));
     }
 
-    pub fn source_up(&self, source: &str, up: bool) {
-        self.up.with_label_values(&[source]).set(i64::from(up));
+    pub fn source_up(&self, source: impl Label, up: bool) {
+        self.up
+            .with_label_values(&[source.as_str()])
+            .set(i64::from(up));
     }
 
-    pub fn lag(&self, source: &str, seconds: f64) {
-        self.lag.with_label_values(&[source]).observe(seconds);
+    pub fn lag(&self, source: impl Label, seconds: f64) {
+        self.lag
+            .with_label_values(&[source.as_str()])
+            .observe(seconds);
     }
 }

@@ -14,18 +14,21 @@ use std::task::{Context, Poll};
 use http::{Method, Request, Response, StatusCode, Uri};
 use tokio::time::Instant;
 
-use super::metrics::Metrics;
-use crate::cache::{CachePhase, NoCacheReason};
+use crate::cache::CachePhase;
 use crate::catalog::route::{operation_of, Operation};
 use crate::origin::X_REQUEST_ID;
+use crate::proxy::Outcome;
+use crate::telemetry::{Label, RequestMetrics};
 use crate::wire::body::Body;
 
-/// What the handler did with a request, set on every response it writes.
-#[derive(Debug, Clone)]
-pub struct Outcome {
-    pub operation: Operation,
-    pub phase: Option<CachePhase>,
-    pub reason: Option<NoCacheReason>,
+/// A request's cache label: its phase, or `NONE` for one the cache did not answer.
+#[derive(Debug, Clone, Copy)]
+struct Phase(Option<CachePhase>);
+
+impl Label for Phase {
+    fn as_str(self) -> &'static str {
+        self.0.map_or("NONE", CachePhase::as_str)
+    }
 }
 
 /// The status an abandoned request is counted with.
@@ -39,11 +42,11 @@ pub struct Entry {
     /// route of a request that is never answered.
     uri: Uri,
     id: Arc<str>,
-    metrics: Arc<Metrics>,
+    metrics: Arc<RequestMetrics>,
 }
 
 impl Entry {
-    pub fn begin<B>(request: &Request<B>, metrics: Arc<Metrics>) -> Entry {
+    pub fn begin<B>(request: &Request<B>, metrics: Arc<RequestMetrics>) -> Entry {
         Entry {
             started: Instant::now(),
             method: request.method().clone(),
@@ -68,22 +71,23 @@ impl Entry {
 
     fn answered(self, response: &Response<Body>) {
         let outcome = response.extensions().get::<Outcome>();
-        let route = outcome.map_or("other", |o| o.operation.as_str());
-        let phase = outcome.and_then(|o| o.phase).map_or("NONE", |p| p.as_str());
+        let route = outcome.map_or(Operation::Other, |o| o.operation);
+        let phase = Phase(outcome.and_then(|o| o.phase));
         let reason = outcome.and_then(|o| o.reason).map_or("", |r| r.as_str());
         self.record(route, response.status(), phase, reason);
     }
 
     fn abandoned(self) {
-        let route = operation_of(&self.method, self.uri.path()).as_str();
+        let route = operation_of(&self.method, self.uri.path());
         let status = StatusCode::from_u16(ABANDONED).unwrap_or(StatusCode::BAD_REQUEST);
-        self.record(route, status, "NONE", "abandoned");
+        self.record(route, status, Phase(None), "abandoned");
     }
 
-    fn record(&self, route: &'static str, status: StatusCode, phase: &'static str, reason: &str) {
+    fn record(&self, route: Operation, status: StatusCode, phase: Phase, reason: &str) {
         let elapsed = self.started.elapsed();
         self.metrics
-            .request(route, status, phase, elapsed.as_secs_f64());
+            .answered(route, status, phase, elapsed.as_secs_f64());
+        let (route, phase) = (route.as_str(), phase.as_str());
         tracing::info!(
             method = %self.method,
             path = self.uri.path(),

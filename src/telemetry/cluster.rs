@@ -1,0 +1,282 @@
+//! A replica of a tier on Redis: its round trips by purpose, its health (degraded, hearing the
+//! others, replicas that went quiet), the writes it could not announce or refused, the entries
+//! shared through Redis, the announcements sent and heard, and the lease waits.
+
+use prometheus::{Histogram, IntCounter, IntCounterVec, IntGauge, Registry};
+
+use super::registry::{counter, counter_vec, gauge, histogram, known};
+use super::Label;
+
+pub struct ClusterMetrics {
+    round_trips: IntCounterVec,
+    errors: IntCounter,
+    degraded: IntGauge,
+    subscribed: IntGauge,
+    lapsed: IntGauge,
+    unannounced: IntCounter,
+    writes_refused: IntCounter,
+    rewinds: IntCounter,
+    shared: IntCounterVec,
+    published: IntCounter,
+    received: IntCounterVec,
+    propagation: Histogram,
+    round_lookups: IntCounter,
+    lease_waits: IntCounter,
+    lease_wait: Histogram,
+}
+
+/// What a round trip to Redis was for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RoundTrip {
+    Round,
+    Create,
+    Announce,
+    SharedGet,
+    SharedPut,
+    Lease,
+    Release,
+    LeaseCheck,
+    Beat,
+    Probe,
+}
+
+impl Label for RoundTrip {
+    fn as_str(self) -> &'static str {
+        match self {
+            RoundTrip::Round => "round",
+            RoundTrip::Create => "create",
+            RoundTrip::Announce => "announce",
+            RoundTrip::SharedGet => "shared_get",
+            RoundTrip::SharedPut => "shared_put",
+            RoundTrip::Lease => "lease",
+            RoundTrip::Release => "release",
+            RoundTrip::LeaseCheck => "lease_check",
+            RoundTrip::Beat => "beat",
+            RoundTrip::Probe => "probe",
+        }
+    }
+}
+
+const ROUND_TRIPS: [RoundTrip; 10] = [
+    RoundTrip::Round,
+    RoundTrip::Create,
+    RoundTrip::Announce,
+    RoundTrip::SharedGet,
+    RoundTrip::SharedPut,
+    RoundTrip::Lease,
+    RoundTrip::Release,
+    RoundTrip::LeaseCheck,
+    RoundTrip::Beat,
+    RoundTrip::Probe,
+];
+
+/// What became of an entry shared through Redis.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shared {
+    Hit,
+    Miss,
+    Stale,
+    Rejected,
+    Stored,
+    KeptLocal,
+}
+
+impl Label for Shared {
+    fn as_str(self) -> &'static str {
+        match self {
+            Shared::Hit => "hit",
+            Shared::Miss => "miss",
+            Shared::Stale => "stale",
+            Shared::Rejected => "rejected",
+            Shared::Stored => "stored",
+            Shared::KeptLocal => "kept_local",
+        }
+    }
+}
+
+/// How an announcement from another replica read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Heard {
+    Ok,
+    Unreadable,
+}
+
+impl Label for Heard {
+    fn as_str(self) -> &'static str {
+        match self {
+            Heard::Ok => "ok",
+            Heard::Unreadable => "unreadable",
+        }
+    }
+}
+
+impl ClusterMetrics {
+    pub fn new(r: &Registry) -> ClusterMetrics {
+        ClusterMetrics {
+            round_trips: counter_vec(
+                r,
+                "icecache_cluster_redis_round_trips_total",
+                "Round trips to Redis, by what they were for (round, create, announce, \
+                 shared_get, shared_put, lease, release, lease_check, beat, probe).",
+                &["op"],
+            ),
+            errors: counter(
+                r,
+                "icecache_cluster_redis_errors_total",
+                "Times Redis failed a command and the replica became degraded.",
+            ),
+            degraded: gauge(
+                r,
+                "icecache_cluster_degraded",
+                "1 while this replica cannot trust Redis (loads follow cluster.on_redis_down).",
+            ),
+            subscribed: gauge(
+                r,
+                "icecache_cluster_subscribed",
+                "1 while this replica hears the other replicas' announcements (under bounded, \
+                 loads read Redis's tokens while it does not).",
+            ),
+            lapsed: gauge(
+                r,
+                "icecache_cluster_lapsed_replicas",
+                "Other replicas whose heartbeat lapsed (within cluster.member_timeout): while \
+                 any has, loads follow cluster.on_redis_down.",
+            ),
+            unannounced: counter(
+                r,
+                "icecache_cluster_unannounced_writes_total",
+                "Writes answered while Redis could not be told (each waited until covered).",
+            ),
+            writes_refused: counter(
+                r,
+                "icecache_cluster_writes_refused_total",
+                "Writes refused (503) by a replica out of touch with Redis for \
+                 cluster.member_timeout.",
+            ),
+            rewinds: counter(
+                r,
+                "icecache_cluster_redis_rewinds_total",
+                "Heartbeats that found the tier's clock behind what this replica saw (Redis \
+                 lost writes) and moved the epoch.",
+            ),
+            shared: counter_vec(
+                r,
+                "icecache_cluster_shared_total",
+                "Entries shared through Redis, by result (hit, miss, stale, rejected, stored, \
+                 kept_local).",
+                &["result"],
+            ),
+            published: counter(
+                r,
+                "icecache_cluster_invalidations_published_total",
+                "Writes announced to the other replicas.",
+            ),
+            received: counter_vec(
+                r,
+                "icecache_cluster_invalidations_received_total",
+                "Announcements received from other replicas, by result (ok, unreadable).",
+                &["result"],
+            ),
+            propagation: histogram(
+                r,
+                "icecache_cluster_propagation_seconds",
+                "Time from a replica announcing a write to this replica receiving it.",
+            ),
+            round_lookups: counter(
+                r,
+                "icecache_cluster_round_lookups_total",
+                "Lookups answered by a shared token round (rounds are counted in \
+                 icecache_cluster_redis_round_trips_total{op=\"round\"}).",
+            ),
+            lease_waits: counter(
+                r,
+                "icecache_cluster_lease_waits_total",
+                "Fills that waited for another replica holding the lease.",
+            ),
+            lease_wait: histogram(
+                r,
+                "icecache_cluster_lease_wait_seconds",
+                "How long a fill waited for another replica's lease.",
+            ),
+        }
+    }
+
+    /// Makes every cluster series exist from the start (at 0), so that rates over them are
+    /// defined before the first event; a replica starts degraded until Redis answers.
+    pub fn started(&self) {
+        known(&self.round_trips, &ROUND_TRIPS);
+        known(
+            &self.shared,
+            &[
+                Shared::Hit,
+                Shared::Miss,
+                Shared::Stale,
+                Shared::Rejected,
+                Shared::Stored,
+                Shared::KeptLocal,
+            ],
+        );
+        known(&self.received, &[Heard::Ok, Heard::Unreadable]);
+        self.degraded.set(1);
+    }
+
+    pub fn round_trip(&self, op: RoundTrip) {
+        self.round_trips.with_label_values(&[op.as_str()]).inc();
+    }
+
+    /// Redis failed a command: the replica is degraded.
+    pub fn redis_failed(&self) {
+        self.errors.inc();
+        self.degraded.set(1);
+    }
+
+    pub fn recovered(&self) {
+        self.degraded.set(0);
+    }
+
+    pub fn subscribed(&self, live: bool) {
+        self.subscribed.set(i64::from(live));
+    }
+
+    pub fn lapsed(&self, replicas: usize) {
+        self.lapsed.set(i64::try_from(replicas).unwrap_or(i64::MAX));
+    }
+
+    pub fn unannounced(&self) {
+        self.unannounced.inc();
+    }
+
+    pub fn write_refused(&self) {
+        self.writes_refused.inc();
+    }
+
+    pub fn rewound(&self) {
+        self.rewinds.inc();
+    }
+
+    pub fn shared(&self, result: Shared) {
+        self.shared.with_label_values(&[result.as_str()]).inc();
+    }
+
+    pub fn published(&self) {
+        self.published.inc();
+    }
+
+    pub fn heard(&self, result: Heard) {
+        self.received.with_label_values(&[result.as_str()]).inc();
+    }
+
+    pub fn propagated(&self, seconds: f64) {
+        self.propagation.observe(seconds);
+    }
+
+    pub fn round_answered(&self, lookups: usize) {
+        self.round_lookups
+            .inc_by(u64::try_from(lookups).unwrap_or(u64::MAX));
+    }
+
+    pub fn lease_waited(&self, seconds: f64) {
+        self.lease_waits.inc();
+        self.lease_wait.observe(seconds);
+    }
+}
