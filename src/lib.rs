@@ -15,6 +15,7 @@ pub mod catalog;
 pub mod clock;
 pub mod cluster;
 pub mod config;
+pub mod coordination;
 pub mod error;
 pub mod events;
 #[doc(hidden)]
@@ -23,6 +24,7 @@ pub mod listener;
 pub mod origin;
 pub mod policy;
 pub mod proxy;
+pub mod redis_tier;
 pub mod run;
 pub mod secret;
 pub mod state;

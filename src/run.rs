@@ -16,7 +16,8 @@ use tower::ServiceBuilder;
 use tower_http::sensitive_headers::SetSensitiveRequestHeadersLayer;
 
 use crate::admin::{access_log, endpoints as admin};
-use crate::cache::{Cache, Cause};
+use crate::cache::tier::{self, Tier};
+use crate::cache::{self, Cache, CacheParts, Cause};
 use crate::cluster::Cluster;
 use crate::config::{Raw, Settings};
 use crate::events::{self, Liveness, SourceId};
@@ -26,6 +27,7 @@ use crate::origin::Origin;
 use crate::policy::identity::IdentityHasher;
 use crate::policy::stage::Stage;
 use crate::proxy;
+use crate::redis_tier::RedisTier;
 use crate::state::{Parts, State};
 use crate::telemetry::logging::SetLogLevel;
 use crate::telemetry::{EventMetrics, Metrics, Reloaded};
@@ -135,15 +137,24 @@ pub async fn run(
     }
     let liveness = Arc::new(Liveness::new(&sources, metrics.events.clone()));
     let stage = Arc::new(Stage::new(metrics.credentials.clone()));
+    let tier: Arc<dyn Tier> = match &cluster {
+        Some(cluster) => Arc::new(RedisTier::new(
+            cluster.clone(),
+            cache::retain_for(&settings),
+        )),
+        None => Arc::new(tier::Local),
+    };
     let cache = settings.cache.enabled.then(|| {
         Cache::new(
             &settings,
-            origin.clone(),
-            cluster.clone(),
-            metrics.cache.clone(),
-            stage.clone(),
-            case.clone(),
-            liveness.clone(),
+            CacheParts {
+                origin: origin.clone(),
+                tier: tier.clone(),
+                metrics: metrics.cache.clone(),
+                stage: stage.clone(),
+                case: case.clone(),
+                events: liveness.clone(),
+            },
         )
     });
     if let (Some(cluster), Some(cache)) = (&cluster, &cache) {
@@ -182,6 +193,7 @@ pub async fn run(
         Parts {
             origin,
             cache,
+            tier,
             metrics,
             stage,
             identity,
@@ -231,9 +243,7 @@ pub async fn run(
     .await
     .unwrap_or_default();
     // Drained: the other replicas need not wait for this one's heartbeat to lapse.
-    if let Some(cache) = &state.cache {
-        cache.leave_tier().await;
-    }
+    state.tier.leave().await;
     for result in joined {
         match result {
             Ok(result) => result?,

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use arc_swap::ArcSwap;
 use http::Extensions;
 
-use crate::cache::Cache;
+use crate::cache::{Cache, Tier};
 use crate::catalog::config_rewrite::Separator;
 use crate::config::Settings;
 use crate::events::Liveness;
@@ -20,6 +20,8 @@ pub struct State {
     settings: ArcSwap<Settings>,
     pub origin: Arc<Origin>,
     pub cache: Option<Arc<Cache>>,
+    /// The other replicas, if any (`cache::tier::Local` when none).
+    pub tier: Arc<dyn Tier>,
     pub metrics: Arc<Metrics>,
     /// The policy stage every answer that may carry credentials passes.
     pub stage: Arc<Stage>,
@@ -35,6 +37,7 @@ pub struct State {
 pub struct Parts {
     pub origin: Arc<Origin>,
     pub cache: Option<Arc<Cache>>,
+    pub tier: Arc<dyn Tier>,
     pub metrics: Arc<Metrics>,
     pub stage: Arc<Stage>,
     pub identity: IdentityHasher,
@@ -47,6 +50,7 @@ impl State {
         let Parts {
             origin,
             cache,
+            tier,
             metrics,
             stage,
             identity,
@@ -58,6 +62,7 @@ impl State {
             settings: ArcSwap::from_pointee(settings),
             origin,
             cache,
+            tier,
             metrics,
             stage,
             identity,

@@ -58,7 +58,7 @@ fn json(value: &serde_json::Value) -> Response<Body> {
 
 /// Ready once the catalog has answered anything; until then each probe asks it.
 async fn readiness(state: &State) -> Response<Body> {
-    if state.cache.as_ref().is_some_and(|c| !c.joined_tier()) {
+    if !state.tier.joined() {
         // A replica that never reached Redis takes no traffic: writes through it could not be
         // seen by the others.
         return text(

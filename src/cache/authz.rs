@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use super::entry::Entry;
-use super::fill::{Fill, FillOutcome, Purpose};
+use super::fill::{FillOutcome, Purpose};
 use super::{Ask, Cache, CachePhase, Failure, Lookup};
 use crate::telemetry::cache::Authz;
 
@@ -17,20 +17,12 @@ impl Cache {
         ask: &Ask,
         entry: &Arc<Entry>,
     ) -> Result<Lookup, Failure> {
-        let fill = Fill {
-            purpose: Purpose::Authorize,
-            key: Some(ask.key.clone()),
-            form: ask.key.form,
-            request: ask.request.fill_request(),
-            stale: Some(entry.clone()),
-            ticket: Some(self.store.ticket(&ask.key, self.events.stamp())),
-            policy: ask.caller.policy.clone(),
-            leader: ask.caller.scope,
-            settings: ask.settings.clone(),
-            bypass: None,
-            remote: ask.coordination.tokens().cloned(),
-        };
-        let outcome = self.produce(fill).await;
+        let fill = ask.fill(Purpose::Authorize {
+            key: ask.key.clone(),
+            ticket: self.store.ticket(&ask.key, self.events.stamp()),
+            entry: entry.clone(),
+        });
+        let outcome = self.filler.produce(fill).await;
         self.metrics.authorized(match &outcome {
             FillOutcome::Entry(new) if new.content.etag == entry.content.etag => Authz::Allowed,
             FillOutcome::Entry(_) => Authz::Changed,

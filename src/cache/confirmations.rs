@@ -12,6 +12,8 @@ use crate::policy::identity::Scope;
 /// What one confirmation costs: the key, the deadline, moka's node around them.
 const CONFIRMATION_BYTES: u32 = 160;
 
+/// Cheap to clone: the lookup and the fill hold the same confirmations.
+#[derive(Clone)]
 pub struct Confirmations {
     map: moka::sync::Cache<(u64, Scope), Instant>,
 }

@@ -1,47 +1,45 @@
 //! Existence checks (`HEAD` on a table or a view) answered from what is held. Only an entry
-//! that would be served to this caller as it is, fresh, says the object exists; anything less
-//! says nothing, and the check goes to the catalog (a 404 is never made up from a missing
-//! entry).
+//! that `decide` would serve as it is, and that may go to this caller, says the object exists;
+//! anything less says nothing, and the check goes to the catalog (a 404 is never made up from a
+//! missing entry).
 
 use std::sync::Arc;
 
 use tokio::time::Instant;
 
+use super::decide::{decide, Decision};
+use super::entry::Servable;
 use super::key::Form;
-use super::tier::Coordination;
 use super::{Ask, Cache};
-use crate::policy::Identity;
 
 impl Cache {
     /// Whether a fresh entry for the asked object is held that this caller could be given now
-    /// without asking anyone: under the tier's coordination, for the headers the catalog varies
-    /// on, and under `revalidate` only once the caller has been confirmed for it.
+    /// without asking anyone.
     pub async fn vouches_for(self: &Arc<Self>, ask: &mut Ask) -> bool {
-        ask.coordination = self.coordinate(&ask.key).await;
+        ask.coordination = self.tier.coordinate(&ask.key).resolve().await;
         // A table held in either snapshots mode exists.
         let forms: &[Form] = match ask.key.form {
             Form::View => &[Form::View],
             _ => &[Form::AllSnapshots, Form::RefSnapshots],
         };
         let now = Instant::now();
+        let caller = &ask.caller;
         forms.iter().any(|form| {
             let mut key = ask.key.clone();
             key.form = *form;
-            let Some(entry) = self.store.get(&key, ask.caller.policy.generation) else {
+            let Some(entry) = self.store.get(&key, caller.policy.generation) else {
                 return false;
             };
-            let trusted = match &ask.coordination {
-                Coordination::Local => true,
-                Coordination::Tokens(tokens) => entry.remote.as_ref() == Some(tokens),
-                Coordination::AskCatalog => false,
-            };
-            trusted
-                && now < self.fresh_until(&entry, &ask.settings)
-                && entry.content.vary.matches(&ask.request.as_filled())
-                && (ask.caller.policy.identity != Identity::Revalidate
-                    || self
-                        .confirmations
-                        .is_confirmed(entry.content.id, ask.caller.scope))
+            let seen = self.held(ask, &entry, now);
+            matches!(
+                decide(Some(((), seen)), ask.windows(), now),
+                Decision::Serve(())
+            ) && entry.servable_to(
+                &ask.request.as_filled(),
+                caller.policy.identity,
+                caller.scope,
+                &self.confirmations,
+            ) == Servable::Yes
         })
     }
 }

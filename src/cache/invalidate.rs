@@ -3,45 +3,18 @@
 //! generations first (so no fill that began before it can store or be joined after), then
 //! removes the entries.
 
+use super::phase::Cause;
 use super::Cache;
 use crate::catalog::names::{loose_namespace, LooseName};
-use crate::catalog::route::Operation;
 use crate::catalog::writes::Touched;
-use crate::cluster::Cover;
-use crate::telemetry::Label;
-
-/// What made entries leave: a label of `icecache_cache_invalidations_total`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Cause {
-    /// A write through this replica, by its operation.
-    Write(Operation),
-    Purge,
-    /// A catalog change event.
-    Event,
-    /// Another replica's write, announced through the tier.
-    Tier,
-}
-
-impl Label for Cause {
-    fn as_str(self) -> &'static str {
-        match self {
-            Cause::Write(operation) => operation.as_str(),
-            Cause::Purge => "purge",
-            Cause::Event => "event",
-            Cause::Tier => "cluster",
-        }
-    }
-}
+use crate::coordination::Cover;
 
 impl Cache {
     /// Invalidates what a write touched, here and (before returning) in every replica of the
     /// tier; returns how many entries went here, and how the other replicas learn of it.
     pub async fn invalidate_everywhere(&self, touched: &Touched, reason: Cause) -> (usize, Cover) {
         let removed = self.invalidate(touched, reason);
-        let cover = match &self.cluster {
-            Some(cluster) => cluster.announce(touched).await,
-            None => Cover::Announced,
-        };
+        let cover = self.tier.announce(touched).await;
         (removed, cover)
     }
 
@@ -67,9 +40,7 @@ impl Cache {
                 .map(|prefix| self.invalidate_within(Some(prefix), touched, reason))
                 .sum()
         };
-        if let Some(cluster) = &self.cluster {
-            cluster.announce(touched).await;
-        }
+        self.tier.announce(touched).await;
         removed
     }
 

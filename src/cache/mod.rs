@@ -16,58 +16,53 @@
 mod authz;
 mod coalesce;
 mod confirmations;
+pub mod decide;
 mod entry;
 mod exists;
 mod fill;
+mod filler;
 pub mod invalidate;
 mod key;
 pub mod phase;
 mod respond;
 mod store;
-mod tier;
+mod ticket;
+pub mod tier;
 mod vary;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use http::{Extensions, HeaderValue, Response};
+use http::{Extensions, Response};
 use thiserror::Error;
 use tokio::time::Instant;
 
+pub use entry::{Content, Entry, Gzipped};
 pub use fill::POLICY_READ_LIMIT;
-pub use invalidate::Cause;
 pub use key::{CacheKey, Form};
-pub use phase::{CachePhase, NoCacheReason};
-pub use respond::{mark, X_CACHE};
+pub use phase::{CachePhase, Cause, NoCacheReason};
+pub use respond::{mark, Caller, X_CACHE};
+pub use ticket::FillTicket;
+pub use tier::Tier;
+pub use vary::Varies;
 
-use crate::cluster::{Cluster, Tokens};
 use crate::config::Settings;
+use crate::coordination::Tokens;
 use crate::events::Liveness;
 use crate::origin::{Origin, OriginError, OriginRequest, Outgoing};
-use crate::policy::identity::Scope;
 use crate::policy::stage::Refusal;
 use crate::policy::stage::Stage;
-use crate::policy::{Identity, Policy};
 use crate::telemetry::CacheMetrics;
 use crate::wire::body::Body;
 use coalesce::{Inflight, Joined};
 use confirmations::Confirmations;
-use entry::{Entry, FillTicket};
+use decide::{decide, phase_of_fill, Decision, Held, Windows};
+use entry::Servable;
 use fill::{Fill, FillOutcome, Purpose};
+use filler::Filler;
 use store::Store;
 use tier::Coordination;
-
-/// Who is asking, under which policy, and what they already hold.
-#[derive(Clone)]
-pub struct Caller {
-    /// The caller's own identity scope (the key's scope may be shared).
-    pub scope: Scope,
-    pub policy: Arc<Policy>,
-    pub if_none_match: Vec<HeaderValue>,
-    /// Whether the caller's `Accept-Encoding` takes gzip.
-    pub accepts_gzip: bool,
-}
 
 /// One loadTable request as the cache handles it.
 pub struct Ask {
@@ -90,6 +85,25 @@ impl Ask {
             caller,
             settings,
             coordination: Coordination::Local,
+        }
+    }
+
+    /// A request to the catalog for this ask, for `purpose`.
+    fn fill(&self, purpose: Purpose) -> Fill {
+        Fill {
+            purpose,
+            request: self.request.fill_request(),
+            policy: self.caller.policy.clone(),
+            leader: self.caller.scope,
+            settings: self.settings.clone(),
+            remote: self.coordination.tokens().cloned(),
+        }
+    }
+
+    fn windows(&self) -> Windows {
+        Windows {
+            stale_while_revalidate: self.settings.cache.stale_while_revalidate,
+            stale_if_error: self.settings.cache.stale_if_error,
         }
     }
 }
@@ -142,17 +156,16 @@ const GATHER: Duration = Duration::from_millis(2);
 
 pub struct Cache {
     store: Store,
-    /// The other replicas of the tier, through Redis.
-    cluster: Option<Arc<Cluster>>,
-    /// How long entries are kept at all (and shared with the tier).
-    retain_for: Duration,
     confirmations: Confirmations,
     /// `cache.max_bytes`: the entries' and the confirmations' budgets together.
     max_bytes: u64,
     inflight: Arc<Inflight<CacheKey, FillMeta, FillOutcome>>,
-    origin: Arc<Origin>,
+    /// The miss path.
+    filler: Arc<Filler>,
+    /// The other replicas, if any.
+    tier: Arc<dyn Tier>,
     metrics: Arc<CacheMetrics>,
-    /// The policy stage every answer a fill produces goes through.
+    /// The policy stage, for the counts of what answers carry.
     stage: Arc<Stage>,
     /// Set on every response so that HTTP/1.1 writes `ETag` in that case.
     case: Extensions,
@@ -163,42 +176,63 @@ pub struct Cache {
 /// How many times a request asks again after the fill it waited for was abandoned.
 const FILL_ATTEMPTS: usize = 2;
 
+/// How long entries are kept at all (and shared with the tier): past the longest freshness and
+/// stale window any reload may set, at least ten minutes.
+pub fn retain_for(settings: &Settings) -> Duration {
+    let cache = &settings.cache;
+    let fresh_for = settings
+        .events
+        .fresh_for
+        .unwrap_or_default()
+        .max(cache.fresh_for);
+    (fresh_for + cache.stale_while_revalidate.max(cache.stale_if_error))
+        .max(Duration::from_secs(600))
+}
+
+/// What a cache is built of, besides its settings.
+pub struct CacheParts {
+    pub origin: Arc<Origin>,
+    pub tier: Arc<dyn Tier>,
+    pub metrics: Arc<CacheMetrics>,
+    pub stage: Arc<Stage>,
+    pub case: Extensions,
+    pub events: Arc<Liveness>,
+}
+
 impl Cache {
     /// The memory bound and how long entries are kept at all are fixed at start-up; freshness,
     /// policies and limits come with each request's settings, so a reload applies at once.
-    pub fn new(
-        settings: &Settings,
-        origin: Arc<Origin>,
-        cluster: Option<Arc<Cluster>>,
-        metrics: Arc<CacheMetrics>,
-        stage: Arc<Stage>,
-        case: Extensions,
-        events: Arc<Liveness>,
-    ) -> Arc<Self> {
-        let cache = &settings.cache;
-        let fresh_for = settings
-            .events
-            .fresh_for
-            .unwrap_or_default()
-            .max(cache.fresh_for);
-        metrics.bounded_at(cache.max_bytes);
-        // Reloads may lengthen the stale windows: keep entries at least ten minutes.
-        let retain_for = (fresh_for + cache.stale_while_revalidate.max(cache.stale_if_error))
-            .max(Duration::from_secs(600));
-        // Confirmations under `revalidate` get a thirty-second of the bound, the entries the rest.
-        let confirmations_bytes = cache.max_bytes / 32;
-        Arc::new(Cache {
-            store: Store::new(
-                cache.max_bytes - confirmations_bytes,
-                retain_for,
-                metrics.clone(),
-            ),
-            confirmations: Confirmations::new(confirmations_bytes, retain_for),
-            max_bytes: cache.max_bytes,
-            cluster,
-            retain_for,
-            inflight: Arc::default(),
+    pub fn new(settings: &Settings, parts: CacheParts) -> Arc<Self> {
+        let CacheParts {
             origin,
+            tier,
+            metrics,
+            stage,
+            case,
+            events,
+        } = parts;
+        let max_bytes = settings.cache.max_bytes;
+        metrics.bounded_at(max_bytes);
+        let retain_for = retain_for(settings);
+        // Confirmations under `revalidate` get a thirty-second of the bound, the entries the rest.
+        let confirmations_bytes = max_bytes / 32;
+        let store = Store::new(max_bytes - confirmations_bytes, retain_for, metrics.clone());
+        let confirmations = Confirmations::new(confirmations_bytes, retain_for);
+        let filler = Arc::new(Filler {
+            store: store.clone(),
+            confirmations: confirmations.clone(),
+            origin,
+            metrics: metrics.clone(),
+            stage: stage.clone(),
+            tier: tier.clone(),
+        });
+        Arc::new(Cache {
+            store,
+            confirmations,
+            max_bytes,
+            inflight: Arc::default(),
+            filler,
+            tier,
             metrics,
             stage,
             case,
@@ -206,67 +240,44 @@ impl Cache {
         })
     }
 
-    /// Answers a loadTable request.
+    /// Answers a loadTable request: what `decide` makes of what is held, then the answer.
     pub async fn load(self: &Arc<Self>, ask: &mut Ask) -> Result<Lookup, Failure> {
-        ask.coordination = self.coordinate(&ask.key).await;
+        ask.coordination = self.tier.coordinate(&ask.key).resolve().await;
         let ask = &*ask;
         let now = Instant::now();
         let held = self.store.get(&ask.key, ask.caller.policy.generation);
-        // What may be served as it is, and what may only be revalidated: an entry whose table
-        // moved on in Redis, or any entry while nothing is trusted without the catalog.
-        let servable = match &ask.coordination {
-            Coordination::Local => held.clone(),
-            Coordination::Tokens(tokens) => {
-                held.clone().filter(|e| e.remote.as_ref() == Some(tokens))
+        let seen = held.map(|entry| {
+            let facts = self.held(ask, &entry, now);
+            (entry, facts)
+        });
+        match decide(seen, ask.windows(), now) {
+            Decision::Serve(entry) => self.deliver(ask, &entry, CachePhase::Hit).await,
+            Decision::ServeStale(entry) => {
+                self.revalidate_in_background(ask, entry.clone());
+                self.deliver(ask, &entry, CachePhase::Stale).await
             }
-            Coordination::AskCatalog => None,
-        };
-        let Some(entry) = servable else {
-            let held_one = held.is_some();
-            let (outcome, led) = Box::pin(self.fill(ask, held.clone())).await?;
-            let catalog_failed = failed(&outcome);
-            if let Some(stale) =
-                held.filter(|_| catalog_failed && ask.coordination == Coordination::AskCatalog)
-            {
-                // Redis and the catalog both down: the last entry, within stale_if_error.
-                if now.saturating_duration_since(self.fresh_until(&stale, &ask.settings))
-                    < ask.settings.cache.stale_if_error
-                    && stale.credentials_servable(now)
-                {
+            Decision::Fill {
+                revalidating,
+                stale_on_error,
+            } => {
+                let revalidated = revalidating.is_some();
+                let (outcome, led) = Box::pin(self.fill(ask, revalidating.clone())).await?;
+                if let Some(stale) = revalidating.filter(|_| stale_on_error && outcome.failed()) {
                     return self.deliver(ask, &stale, CachePhase::Stale).await;
                 }
+                let phase = phase_of_fill(led, outcome.is_shared(), revalidated);
+                Box::pin(self.answer(ask, &outcome, phase)).await
             }
-            // An entry held here but not trusted (its table moved on, or Redis is away) was
-            // revalidated; with none, it is a miss.
-            let phase = match (led, held_one) {
-                (false, _) => CachePhase::Coalesced,
-                _ if from_tier(&outcome) => CachePhase::Shared,
-                (true, true) => CachePhase::Revalidated,
-                (true, false) => CachePhase::Miss,
-            };
-            return Box::pin(self.answer(ask, &outcome, phase)).await;
-        };
-        let windows = &ask.settings.cache;
-        let fresh_until = self.fresh_until(&entry, &ask.settings);
-        if now < fresh_until {
-            return self.deliver(ask, &entry, CachePhase::Hit).await;
         }
-        let stale_for = now.duration_since(fresh_until);
-        if stale_for < windows.stale_while_revalidate {
-            self.revalidate_in_background(ask, entry.clone());
-            return self.deliver(ask, &entry, CachePhase::Stale).await;
+    }
+
+    /// A held entry as `decide` sees it for this ask.
+    fn held(&self, ask: &Ask, entry: &Entry, now: Instant) -> Held {
+        Held {
+            trust: ask.coordination.trust(entry),
+            fresh_until: self.fresh_until(entry, &ask.settings),
+            credentials_servable: entry.credentials_servable(now),
         }
-        let (outcome, led) = Box::pin(self.fill(ask, Some(entry.clone()))).await?;
-        if failed(&outcome) && stale_for < windows.stale_if_error && entry.credentials_servable(now)
-        {
-            return self.deliver(ask, &entry, CachePhase::Stale).await;
-        }
-        let phase = match led {
-            false => CachePhase::Coalesced,
-            true if from_tier(&outcome) => CachePhase::Shared,
-            true => CachePhase::Revalidated,
-        };
-        Box::pin(self.answer(ask, &outcome, phase)).await
     }
 
     /// Answers a loadTable request that has no key (or must not use the cache): asked alone,
@@ -279,19 +290,14 @@ impl Cache {
         reason: NoCacheReason,
     ) -> Result<Lookup, Failure> {
         let fill = Fill {
-            purpose: Purpose::Bypass,
-            key: None,
-            form: Form::AllSnapshots,
+            purpose: Purpose::Bypass(reason),
             request,
-            stale: None,
-            ticket: None,
             policy: caller.policy.clone(),
             leader: caller.scope,
             settings,
-            bypass: Some(reason),
             remote: None,
         };
-        let outcome = self.produce(fill).await;
+        let outcome = self.filler.produce(fill).await;
         self.answer_own(&caller, outcome, CachePhase::Bypass)
     }
 
@@ -339,22 +345,6 @@ impl Cache {
         })
     }
 
-    fn fill_for(ask: &Ask, stale: Option<Arc<Entry>>, ticket: FillTicket) -> Fill {
-        Fill {
-            remote: ask.coordination.tokens().cloned(),
-            purpose: Purpose::Fill,
-            key: Some(ask.key.clone()),
-            form: ask.key.form,
-            request: ask.request.fill_request(),
-            stale,
-            ticket: Some(ticket),
-            policy: ask.caller.policy.clone(),
-            leader: ask.caller.scope,
-            settings: ask.settings.clone(),
-            bypass: None,
-        }
-    }
-
     /// Joins the fill in flight for the key if it began after the table's last write or purge
     /// and under the caller's policy; else leads a new one.
     fn join(&self, ask: &Ask) -> Joined<CacheKey, FillMeta, FillOutcome> {
@@ -387,14 +377,18 @@ impl Cache {
         stale: Option<Arc<Entry>>,
         permit: coalesce::FillPermit<CacheKey, FillMeta, FillOutcome>,
     ) {
-        let fill = Self::fill_for(ask, stale, permit.meta().ticket.clone());
-        let cache = self.clone();
+        let fill = ask.fill(Purpose::Fill {
+            key: ask.key.clone(),
+            ticket: permit.meta().ticket.clone(),
+            stale,
+        });
+        let filler = self.filler.clone();
         tokio::spawn(async move {
             if permit.meta().gathers {
                 tokio::time::sleep(GATHER).await;
             }
             permit.meta().asked.store(true, Ordering::Release);
-            let outcome = cache.produce(fill).await;
+            let outcome = filler.produce(fill).await;
             permit.complete(Arc::new(outcome));
         });
     }
@@ -497,28 +491,30 @@ impl Cache {
         phase: CachePhase,
     ) -> Result<Lookup, Failure> {
         let caller = &ask.caller;
-        if !entry.content.vary.matches(&ask.request.as_filled()) {
+        let servable = entry.servable_to(
+            &ask.request.as_filled(),
+            caller.policy.identity,
+            caller.scope,
+            &self.confirmations,
+        );
+        match servable {
+            Servable::Yes => Ok(Lookup::Served {
+                response: respond::from_entry(entry, phase, caller, self.counted(), &self.case),
+                phase,
+                reason: None,
+            }),
             // Fetched for a request that differed in a header the catalog varies on.
-            return Box::pin(self.bypass(
-                ask.request.fill_request(),
-                caller.clone(),
-                ask.settings.clone(),
-                NoCacheReason::Vary,
-            ))
-            .await;
+            Servable::OtherVariant => {
+                Box::pin(self.bypass(
+                    ask.request.fill_request(),
+                    caller.clone(),
+                    ask.settings.clone(),
+                    NoCacheReason::Vary,
+                ))
+                .await
+            }
+            Servable::Unconfirmed => Box::pin(self.authorize(ask, entry)).await,
         }
-        if caller.policy.identity == Identity::Revalidate
-            && !self
-                .confirmations
-                .is_confirmed(entry.content.id, caller.scope)
-        {
-            return Box::pin(self.authorize(ask, entry)).await;
-        }
-        Ok(Lookup::Served {
-            response: respond::from_entry(entry, phase, caller, self.counted(), &self.case),
-            phase,
-            reason: None,
-        })
     }
 
     /// Until when an entry is served without asking the catalog: `events.fresh_for` while every
@@ -531,7 +527,7 @@ impl Cache {
                 .ticket
                 .events
                 .is_some_and(|stamp| self.events.is_current(stamp))
-                && self.cluster.as_ref().is_none_or(|c| !c.distrusts_tier())
+                && self.tier.trusted()
         }) else {
             return plain;
         };
@@ -560,27 +556,8 @@ impl Cache {
         self.confirmations.usage().0
     }
 
-    /// The cluster, if the cache is one replica of a tier.
-    pub fn cluster(&self) -> Option<&Arc<Cluster>> {
-        self.cluster.as_ref()
-    }
-
     /// Fills in flight and tables indexed: both shrink back to nothing when idle.
     pub fn bookkeeping(&self) -> (usize, usize) {
         (self.inflight.len(), self.store.indexed_tables())
-    }
-}
-
-/// Whether the fill's entry came from another replica rather than from the catalog.
-fn from_tier(outcome: &FillOutcome) -> bool {
-    matches!(outcome, FillOutcome::Entry(entry) if entry.from_tier)
-}
-
-/// Whether the catalog failed to answer (or answered 5xx).
-fn failed(outcome: &FillOutcome) -> bool {
-    match outcome {
-        FillOutcome::Failed(_) => true,
-        FillOutcome::Answer(answer) => answer.status.is_server_error(),
-        _ => false,
     }
 }

@@ -1,5 +1,8 @@
-//! How an answer was produced, and why one was not cached: the `x-cache` header, the metrics
-//! labels and the log fields all come from these two enums.
+//! How an answer was produced, why one was not cached, and what made entries leave: the
+//! `x-cache` header, the metrics labels and the log fields all come from these enums.
+
+use crate::catalog::route::Operation;
+use crate::telemetry::Label;
 
 /// How a loadTable answer was produced.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -82,6 +85,29 @@ impl NoCacheReason {
             NoCacheReason::Vary => "vary",
             NoCacheReason::TooLarge => "too_large",
             NoCacheReason::Superseded => "superseded",
+        }
+    }
+}
+
+/// What made entries leave: a label of `icecache_cache_invalidations_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cause {
+    /// A write through this replica, by its operation.
+    Write(Operation),
+    Purge,
+    /// A catalog change event.
+    Event,
+    /// Another replica's write, announced through the tier.
+    Tier,
+}
+
+impl Label for Cause {
+    fn as_str(self) -> &'static str {
+        match self {
+            Cause::Write(operation) => operation.as_str(),
+            Cause::Purge => "purge",
+            Cause::Event => "event",
+            Cause::Tier => "cluster",
         }
     }
 }

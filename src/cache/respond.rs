@@ -3,6 +3,8 @@
 //! spliced in as it is sent) or an answer that was not cached. Every answer carries `x-cache`
 //! and only icecache's own ETag, spelled `ETag` on HTTP/1.1.
 
+use std::sync::Arc;
+
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Extensions, Response, StatusCode};
 use tokio::time::Instant;
@@ -10,12 +12,24 @@ use tokio::time::Instant;
 use super::entry::Entry;
 use super::fill::Answered;
 use super::phase::CachePhase;
-use super::Caller;
+use crate::policy::identity::Scope;
 use crate::policy::stage::{self, Shape, Stage};
+use crate::policy::Policy;
 use crate::telemetry::CacheMetrics;
 use crate::wire::body::{empty, full, pieces, Body};
 use crate::wire::etag::if_none_match_matches;
 use crate::wire::seconds::seconds_value;
+
+/// Who is asking, under which policy, and what they already hold.
+#[derive(Clone)]
+pub struct Caller {
+    /// The caller's own identity scope (the key's scope may be shared).
+    pub scope: Scope,
+    pub policy: Arc<Policy>,
+    pub if_none_match: Vec<HeaderValue>,
+    /// Whether the caller's `Accept-Encoding` takes gzip.
+    pub accepts_gzip: bool,
+}
 
 pub static X_CACHE: HeaderName = HeaderName::from_static("x-cache");
 

@@ -16,8 +16,9 @@ use dashmap::DashMap;
 use moka::notification::RemovalCause;
 use tokio::time::Instant;
 
-use super::entry::{Entry, FillTicket, TableState};
+use super::entry::Entry;
 use super::key::CacheKey;
+use super::ticket::{FillTicket, TableState};
 use crate::catalog::names::LooseName;
 use crate::telemetry::cache::Eviction;
 use crate::telemetry::CacheMetrics;
@@ -30,6 +31,8 @@ type Tables = DashMap<LooseName, Arc<TableState>>;
 /// many tables in the catalog.
 type Hasher = foldhash::fast::RandomState;
 
+/// Cheap to clone: the lookup and the fill hold the same store.
+#[derive(Clone)]
 pub struct Store {
     entries: moka::sync::Cache<CacheKey, Arc<Entry>, Hasher>,
     tables: Arc<Tables>,

@@ -13,13 +13,9 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
 use super::health::Health;
+use crate::coordination::Tokens;
 use crate::telemetry::cluster::RoundTrip;
 use crate::telemetry::ClusterMetrics;
-
-/// A table's tokens: the epoch's, its namespaces' and its own (random values, replaced by
-/// every write that touches them).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Tokens(pub Vec<u64>);
 
 /// One lookup waiting for a round.
 pub struct Pending {

@@ -24,9 +24,11 @@ use tokio::time::Instant;
 use super::announce::Message;
 use super::members::Members;
 use super::names::Names;
+use super::random_token;
 use super::settings::ClusterSettings;
-use super::{now_ms, random_token};
 use crate::catalog::writes::Touched;
+use crate::clock::now_ms;
+use crate::coordination::Cover;
 use crate::telemetry::cluster::RoundTrip;
 use crate::telemetry::ClusterMetrics;
 
@@ -106,19 +108,6 @@ if forgot > 0 or ARGV[14] == '1' then
 end
 return {lapsed, clock, moved, behind, left, now, others}
 ";
-
-/// How the other replicas learn of a write this replica answered.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Cover {
-    /// Redis was told (its tokens moved, or a heartbeat moved the epoch).
-    Announced,
-    /// Redis was not told, but every other replica distrusts what it holds until it is, or
-    /// until it forgets this replica (which moves the epoch).
-    Distrusted,
-    /// Redis was not told, and this replica had been out of touch for `member_timeout` when
-    /// the answer came: the others may have forgotten it before the catalog made the write.
-    Lost,
-}
 
 pub struct Health {
     degraded: AtomicBool,

@@ -29,17 +29,18 @@ use redis::{IntoConnectionInfo, ProtocolVersion};
 use thiserror::Error;
 use tokio::sync::{mpsc, oneshot};
 
-pub use barrier::Tokens;
 pub use settings::{ClusterSettings, Consistency, OnRedisDown};
 pub use shared::SharedEntry;
 
 use crate::catalog::names::LooseName;
 use crate::catalog::writes::Touched;
+use crate::clock::now_ms;
+use crate::coordination::Cover;
+use crate::coordination::Tokens;
 use crate::telemetry::cluster::{RoundTrip, Shared};
 use crate::telemetry::ClusterMetrics;
 use announce::Message;
 use barrier::{Pending, Rounds};
-pub use health::Cover;
 use health::Health;
 use names::Names;
 use shared::Rejected;
@@ -96,8 +97,6 @@ pub fn random_token() -> u64 {
     let _ = getrandom::getrandom(&mut bytes);
     u64::from_le_bytes(bytes)
 }
-
-pub use crate::clock::now_ms;
 
 fn client(url: &str) -> Result<redis::Client, redis::RedisError> {
     let info = url.into_connection_info()?;

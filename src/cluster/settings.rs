@@ -75,7 +75,7 @@ pub struct RedisUrl(pub String);
 impl RedisUrl {
     /// The URL without its user, password or query (a password may also be given as one).
     pub fn shown(&self) -> String {
-        crate::config::units::shown_url(&self.0)
+        crate::secret::shown_url(&self.0)
     }
 
     /// Whether it names a Redis over TCP (`redis://`) or TLS (`rediss://`), the two forms

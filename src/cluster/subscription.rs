@@ -18,8 +18,9 @@ use tokio::time::Instant;
 
 use super::announce::Message;
 use super::health::{Health, HEARTBEAT};
-use super::{client, now_ms, Consistency};
+use super::{client, Consistency};
 use crate::catalog::writes::Touched;
+use crate::clock::now_ms;
 use crate::telemetry::cluster::Heard;
 use crate::telemetry::ClusterMetrics;
 

@@ -87,18 +87,6 @@ pub fn show_size(bytes: u64) -> String {
     bytes.to_string()
 }
 
-/// A URL without its user, password or query (a password may also be given as one), to show.
-pub fn shown_url(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return "(not a URL)".to_owned();
-    };
-    let rest = rest.split(['?', '#']).next().unwrap_or("");
-    match rest.rfind('@') {
-        Some(at) => format!("{scheme}://…@{}", &rest[at + 1..]),
-        None => format!("{scheme}://{rest}"),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

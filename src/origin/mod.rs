@@ -29,7 +29,7 @@ use crate::wire::body::{empty, read_to_bytes, Body, ReadError};
 use crate::wire::headers::{forwarded_headers, remove_hop_by_hop, Forwarded};
 
 mod outgoing;
-pub use outgoing::Outgoing;
+pub use outgoing::{Outgoing, Sent};
 
 pub static ACCESS_DELEGATION: HeaderName = HeaderName::from_static("x-iceberg-access-delegation");
 pub static X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");

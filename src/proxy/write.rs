@@ -12,7 +12,7 @@ use hyper::body::Incoming;
 use super::{answer_shape, origin_request, relay, Exchange};
 use crate::cache::Cause;
 use crate::catalog::writes::{names_in_body, touched, Touched};
-use crate::cluster::Cover;
+use crate::coordination::Cover;
 use crate::error::ProxyError;
 use crate::policy::stage::OFFLOAD_BYTES;
 use crate::wire::body::{full, read_to_bytes, stream, Body};
@@ -24,12 +24,7 @@ pub async fn serve(
     exchange: Exchange<'_>,
     request: Request<Incoming>,
 ) -> Result<http::Response<Body>, ProxyError> {
-    if exchange
-        .state
-        .cache
-        .as_ref()
-        .is_some_and(|cache| cache.refuses_writes())
-    {
+    if exchange.state.tier.refuses_writes() {
         return Err(ProxyError::OutOfTouch);
     }
     let (parts, body) = request.into_parts();

@@ -4,8 +4,7 @@
 
 use prometheus::{IntCounter, IntCounterVec, IntGauge, Registry};
 
-use super::registry::{counter, counter_vec, gauge, known};
-use super::Label;
+use super::registry::{counter, counter_vec, gauge, known, Label};
 
 pub struct CacheMetrics {
     not_modified: IntCounter,

@@ -4,8 +4,7 @@
 
 use prometheus::{Histogram, IntCounter, IntCounterVec, IntGauge, Registry};
 
-use super::registry::{counter, counter_vec, gauge, histogram, known};
-use super::Label;
+use super::registry::{counter, counter_vec, gauge, histogram, known, Label};
 
 pub struct ClusterMetrics {
     round_trips: IntCounterVec,

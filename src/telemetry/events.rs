@@ -4,8 +4,7 @@
 
 use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry};
 
-use super::registry::{counter_vec, register};
-use super::Label;
+use super::registry::{counter_vec, register, Label};
 
 pub struct EventMetrics {
     received: IntCounterVec,

@@ -23,13 +23,9 @@ pub use cache::CacheMetrics;
 pub use cluster::ClusterMetrics;
 pub use credentials::CredentialMetrics;
 pub use events::EventMetrics;
+pub use registry::Label;
 pub use requests::RequestMetrics;
 pub use upstream::UpstreamMetrics;
-
-/// A label value of a bounded set.
-pub trait Label: Copy {
-    fn as_str(self) -> &'static str;
-}
 
 /// Every subsystem's metrics, registered in one registry.
 pub struct Metrics {

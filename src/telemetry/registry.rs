@@ -1,12 +1,15 @@
-//! Registering metrics: names and labels are constants, so registration fails only on a
-//! programming error, which every test would catch.
+//! Registering metrics: names and labels are constants (label values are `Label`s), so
+//! registration fails only on a programming error, which every test would catch.
 
 use prometheus::{
     exponential_buckets, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec,
     IntGauge, Opts, Registry,
 };
 
-use super::Label;
+/// A label value of a bounded set.
+pub trait Label: Copy {
+    fn as_str(self) -> &'static str;
+}
 
 pub fn register<T: prometheus::core::Collector + Clone + 'static>(
     registry: &Registry,

@@ -11,8 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use http::StatusCode;
 use prometheus::{Histogram, HistogramVec, IntCounter, IntCounterVec, Registry};
 
-use super::registry::{counter_vec, histogram_vec};
-use super::Label;
+use super::registry::{counter_vec, histogram_vec, Label};
 
 pub struct RequestMetrics {
     /// Tells this registry's remembered series from another's (tests make several).

@@ -3,8 +3,7 @@
 
 use prometheus::{Histogram, HistogramVec, IntCounterVec, Registry};
 
-use super::registry::{counter_vec, histogram_vec, known};
-use super::Label;
+use super::registry::{counter_vec, histogram_vec, known, Label};
 
 pub struct UpstreamMetrics {
     duration: HistogramVec,

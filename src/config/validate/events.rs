@@ -54,7 +54,7 @@ fn nats(p: &mut Values) -> Option<NatsSettings> {
         }
         return None;
     };
-    p.show("events.nats_url", crate::config::units::shown_url(&url));
+    p.show("events.nats_url", crate::secret::shown_url(&url));
     if !(url.starts_with("nats://") || url.starts_with("tls://")) {
         p.add(
             "events.nats_url",
