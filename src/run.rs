@@ -18,6 +18,7 @@ use tower_http::sensitive_headers::SetSensitiveRequestHeadersLayer;
 use crate::admin::{access_log, endpoints as admin};
 use crate::cache::tier::{self, Tier};
 use crate::cache::{self, Cache, CacheParts, Cause};
+use crate::catalog::config_rewrite::Separator;
 use crate::cluster::Cluster;
 use crate::config::{Raw, Settings};
 use crate::events::{self, Liveness, SourceId};
@@ -28,7 +29,7 @@ use crate::policy::identity::IdentityHasher;
 use crate::policy::stage::Stage;
 use crate::proxy;
 use crate::redis_tier::RedisTier;
-use crate::state::{Parts, State};
+use crate::state::State;
 use crate::telemetry::logging::SetLogLevel;
 use crate::telemetry::{EventMetrics, Metrics, Reloaded};
 
@@ -188,19 +189,18 @@ pub async fn run(
         liveness.up(SourceId::SeaweedFs);
     }
     let workers = settings.workers;
-    let state = Arc::new(State::new(
-        settings,
-        Parts {
-            origin,
-            cache,
-            tier,
-            metrics,
-            stage,
-            identity,
-            case,
-            events: liveness,
-        },
-    ));
+    let state = Arc::new(State {
+        separator: Separator::new(&settings.namespace_separator),
+        settings: State::in_force(settings),
+        origin,
+        cache,
+        tier,
+        metrics,
+        stage,
+        identity,
+        case,
+        events: liveness,
+    });
     if let Some(reload) = reload {
         tokio::spawn(reload_on_sighup(state.clone(), reload, shutdown.clone()));
     }

@@ -17,7 +17,8 @@ use crate::policy::stage::Stage;
 use crate::telemetry::Metrics;
 
 pub struct State {
-    settings: ArcSwap<Settings>,
+    /// Read through `settings()`; swapped whole by `put_in_force`.
+    pub(crate) settings: ArcSwap<Settings>,
     pub origin: Arc<Origin>,
     pub cache: Option<Arc<Cache>>,
     /// The other replicas, if any (`cache::tier::Local` when none).
@@ -33,42 +34,10 @@ pub struct State {
     pub events: Arc<Liveness>,
 }
 
-/// What a running process is built of, besides its settings.
-pub struct Parts {
-    pub origin: Arc<Origin>,
-    pub cache: Option<Arc<Cache>>,
-    pub tier: Arc<dyn Tier>,
-    pub metrics: Arc<Metrics>,
-    pub stage: Arc<Stage>,
-    pub identity: IdentityHasher,
-    pub case: Extensions,
-    pub events: Arc<Liveness>,
-}
-
 impl State {
-    pub fn new(settings: Settings, parts: Parts) -> State {
-        let Parts {
-            origin,
-            cache,
-            tier,
-            metrics,
-            stage,
-            identity,
-            case,
-            events,
-        } = parts;
-        State {
-            separator: Separator::new(&settings.namespace_separator),
-            settings: ArcSwap::from_pointee(settings),
-            origin,
-            cache,
-            tier,
-            metrics,
-            stage,
-            identity,
-            case,
-            events,
-        }
+    /// Settings to put in force at start-up (the state is built in `run`).
+    pub fn in_force(settings: Settings) -> ArcSwap<Settings> {
+        ArcSwap::from_pointee(settings)
     }
 
     /// The settings in force; a request takes one snapshot and keeps it.

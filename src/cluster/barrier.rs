@@ -129,7 +129,7 @@ impl Rounds {
         let mut pipe = redis::pipe();
         let mut fresh = Vec::with_capacity(missing.len());
         for key in missing {
-            let value = super::random_token().to_string().into_bytes();
+            let value = super::redis_parts::random_token().to_string().into_bytes();
             pipe.cmd("SET").arg(*key).arg(&value).arg("NX").arg("GET");
             fresh.push(value);
         }

@@ -24,7 +24,7 @@ use tokio::time::Instant;
 use super::announce::Message;
 use super::members::Members;
 use super::names::Names;
-use super::random_token;
+use super::redis_parts::random_token;
 use super::settings::ClusterSettings;
 use crate::catalog::writes::Touched;
 use crate::clock::now_ms;

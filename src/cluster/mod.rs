@@ -17,6 +17,7 @@ mod barrier;
 mod health;
 mod members;
 mod names;
+mod redis_parts;
 pub mod settings;
 mod shared;
 mod subscription;
@@ -25,7 +26,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{IntoConnectionInfo, ProtocolVersion};
 use thiserror::Error;
 use tokio::sync::{mpsc, oneshot};
 
@@ -43,6 +43,7 @@ use announce::Message;
 use barrier::{Pending, Rounds};
 use health::Health;
 use names::Names;
+use redis_parts::{client, random_token};
 use shared::Rejected;
 use subscription::{Listening, Subscriber};
 
@@ -89,23 +90,6 @@ pub struct Cluster {
 /// Deletes the lease only when this replica still holds it.
 const RELEASE: &str = "if redis.call('get', KEYS[1]) == ARGV[1] then \
                        return redis.call('del', KEYS[1]) else return 0 end";
-
-/// A fresh token value: random, so a token never returns to a value it had (a counter
-/// restarted from a lost key would).
-pub fn random_token() -> u64 {
-    let mut bytes = [0u8; 8];
-    let _ = getrandom::getrandom(&mut bytes);
-    u64::from_le_bytes(bytes)
-}
-
-fn client(url: &str) -> Result<redis::Client, redis::RedisError> {
-    let info = url.into_connection_info()?;
-    let resp3 = info
-        .redis_settings()
-        .clone()
-        .set_protocol(ProtocolVersion::RESP3);
-    redis::Client::open(info.set_redis_settings(resp3))
-}
 
 impl Cluster {
     /// Connects (lazily: a Redis that is down only makes the replica start degraded) and

@@ -18,7 +18,8 @@ use tokio::time::Instant;
 
 use super::announce::Message;
 use super::health::{Health, HEARTBEAT};
-use super::{client, Consistency};
+use super::redis_parts::client;
+use super::settings::Consistency;
 use crate::catalog::writes::Touched;
 use crate::clock::now_ms;
 use crate::telemetry::cluster::Heard;

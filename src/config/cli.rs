@@ -117,7 +117,7 @@ pub fn parse(args: impl IntoIterator<Item = std::ffi::OsString>) -> Parsed {
         Ok(matches) => matches,
         Err(e) => {
             let code = if e.use_stderr() {
-                super::EXIT_CONFIG
+                super::error::EXIT_CONFIG
             } else {
                 0
             };

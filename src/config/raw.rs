@@ -6,8 +6,8 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use super::error::{ConfigError, ConfigErrors};
 use super::keys::{self, Kind, TABLES};
-use super::{ConfigError, ConfigErrors};
 
 /// Every key given, by name.
 #[derive(Clone, Default, PartialEq)]
@@ -189,6 +189,12 @@ fn close(a: &str, b: &str) -> bool {
         .take_while(|(x, y)| x == y)
         .count();
     common + tail + 2 >= a.len().max(b.len())
+}
+
+/// Raw settings naming nothing but an upstream: what `icecache --upstream URL` gives.
+#[cfg(test)]
+pub(crate) fn with_upstream() -> Raw {
+    Raw::of(&[("upstream", "http://127.0.0.1:8181".into())]).expect("a declared key")
 }
 
 #[cfg(test)]

@@ -132,21 +132,3 @@ fn wrap(text: &str, width: usize) -> Vec<String> {
     }
     lines
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::config::Raw;
-
-    #[test]
-    fn the_example_file_is_a_valid_configuration_naming_every_key() {
-        let text = example_file();
-        let (raw, refused) = Raw::from_toml(&text).unwrap();
-        assert!(refused.is_empty(), "{refused:?}");
-        assert!(crate::config::Settings::try_from(&raw).is_ok());
-        for key in KEYS {
-            let short = key.name.rsplit('.').next().unwrap_or(key.name);
-            assert!(text.contains(&format!("{short} =")) || text.contains(&format!("[{short}")));
-        }
-    }
-}

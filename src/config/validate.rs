@@ -8,9 +8,10 @@ use std::sync::Arc;
 use http::uri::Scheme;
 use http::{HeaderName, Uri};
 
+use super::error::ConfigErrors;
 use super::raw::Raw;
+use super::settings::{CacheSettings, Settings};
 use super::values::Values;
-use super::{CacheSettings, ConfigError, Settings};
 use crate::listener::tls::{self, ListenerTls, UpstreamTls};
 use crate::origin::UpstreamUrl;
 use crate::policy::identity::identity_headers;
@@ -20,30 +21,6 @@ use crate::telemetry::logging::LogFormat;
 
 mod cluster;
 mod events;
-
-/// Everything wrong with a configuration.
-#[derive(Debug)]
-pub struct ConfigErrors(pub Vec<ConfigError>);
-
-impl ConfigErrors {
-    pub fn one(error: ConfigError) -> ConfigErrors {
-        ConfigErrors(vec![error])
-    }
-}
-
-impl std::fmt::Display for ConfigErrors {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        for (i, error) in self.0.iter().enumerate() {
-            if i > 0 {
-                f.write_str("\n")?;
-            }
-            write!(f, "{error}")?;
-        }
-        Ok(())
-    }
-}
-
-impl std::error::Error for ConfigErrors {}
 
 /// An address, `IP:PORT`.
 fn addr(v: &mut Values, name: &str) -> SocketAddr {
@@ -379,7 +356,7 @@ fn parse_public_url(text: &str) -> Result<String, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::with_upstream;
+    use crate::config::raw::with_upstream;
 
     fn settings(pairs: &[(&str, &str)]) -> Result<Settings, String> {
         let pairs: Vec<(&str, toml::Value)> = pairs

@@ -9,10 +9,10 @@ use std::time::Duration;
 
 use serde::de::DeserializeOwned;
 
+use super::error::ConfigError;
 use super::keys::{self, Kind};
 use super::raw::Raw;
 use super::units::{parse_duration, parse_size, show_duration, show_size};
-use super::ConfigError;
 
 pub struct Values<'a> {
     raw: &'a Raw,

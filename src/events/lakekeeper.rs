@@ -7,7 +7,7 @@
 
 use serde::Deserialize;
 
-use super::{Change, EventType, Rejection};
+use super::change::{Change, EventType, Rejection};
 use crate::catalog::names::LooseName;
 use crate::catalog::writes::Touched;
 

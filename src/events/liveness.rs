@@ -9,7 +9,7 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use super::Gap;
+use super::change::Gap;
 use crate::telemetry::{EventMetrics, Label};
 
 /// One configured source.

@@ -12,8 +12,10 @@ use async_nats::jetstream::{self, consumer::pull, consumer::AckPolicy, consumer:
 use futures::StreamExt;
 use tokio::sync::{mpsc, watch};
 
+use super::change::Gap;
+use super::liveness::{Liveness, SourceId};
 use super::settings::{NatsSettings, MAX_EVENT_BYTES, NATS_CONSUMER_INACTIVE, NATS_PING_INTERVAL};
-use super::{lakekeeper, Apply, Gap, Liveness, SourceId};
+use super::{lakekeeper, Apply};
 use crate::clock::now_ms;
 use crate::telemetry::EventMetrics;
 

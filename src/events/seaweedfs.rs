@@ -8,7 +8,7 @@
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::{Change, EventType, Rejection};
+use super::change::{Change, EventType, Rejection};
 use crate::catalog::names::{loose_namespace, LooseName};
 use crate::catalog::writes::Touched;
 

@@ -15,8 +15,9 @@ use http::header::{self, GetAll, HeaderMap, HeaderName, HeaderValue};
 use http::uri::Authority;
 use http::{Method, Uri};
 
-use super::CONDITIONALS;
-use super::{join, sent_headers, OriginRequest, Sending, UnsendablePath, UpstreamUrl};
+use super::request::{
+    join, sent_headers, OriginRequest, Sending, UnsendablePath, UpstreamUrl, CONDITIONALS,
+};
 use crate::catalog::route::Operation;
 use crate::wire::headers::HeaderLookup;
 
@@ -175,7 +176,7 @@ impl HeaderLookup for Sent<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::origin::ACCESS_DELEGATION;
+    use crate::origin::request::ACCESS_DELEGATION;
     use crate::wire::headers::HOP_BY_HOP;
     use proptest::prelude::*;
     use std::sync::Arc;

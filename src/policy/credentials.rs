@@ -12,7 +12,7 @@ use bytes::Bytes;
 use serde_json::value::RawValue;
 use serde_json::Value;
 
-use super::KeyPatterns;
+use super::patterns::KeyPatterns;
 use crate::wire::json::Members;
 use crate::wire::json_walk::{count_named, without_named, WalkError};
 

@@ -12,7 +12,7 @@ use bytes::Bytes;
 use serde::Deserialize;
 use thiserror::Error;
 
-use super::KeyPatterns;
+use super::patterns::KeyPatterns;
 
 /// Where an injected property's value comes from.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]

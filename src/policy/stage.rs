@@ -14,7 +14,8 @@ use http::HeaderMap;
 use thiserror::Error;
 
 use super::credentials::{self, spliced, Layout, Unreadable, Vended};
-use super::{Credentials, KeyPatterns, Policy};
+use super::patterns::KeyPatterns;
+use super::{Credentials, Policy};
 use crate::telemetry::CredentialMetrics;
 use crate::wire::encoding::decode;
 use crate::wire::json_walk::without_named;

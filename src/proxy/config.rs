@@ -7,7 +7,7 @@ use http::{Request, Response, StatusCode};
 use hyper::body::Incoming;
 use serde::de::Error as _;
 
-use super::{origin_request, Exchange};
+use super::exchange::{origin_request, Exchange};
 use crate::catalog::config_rewrite;
 use crate::error::ProxyError;
 use crate::policy::stage::Refusal;

@@ -5,8 +5,9 @@
 use http::{Request, Response, StatusCode};
 use hyper::body::Incoming;
 
+use super::exchange::{answer_shape, outgoing, Answer, Exchange};
 use super::load::caller_and_key;
-use super::{answer_shape, forward, outgoing, send_on, Answer, Exchange};
+use super::relay::{forward, send_on};
 use crate::cache::{self, Ask, CachePhase};
 use crate::error::ProxyError;
 use crate::wire::body::empty;

@@ -7,7 +7,8 @@ use http::header::{self, HeaderValue};
 use http::Request;
 use hyper::body::Incoming;
 
-use super::{answer_shape, outgoing, relay, Answer, Exchange};
+use super::exchange::{answer_shape, outgoing, Answer, Exchange};
+use super::relay;
 use crate::cache::{self, Ask, CacheKey, CachePhase, Caller, Failure, Lookup, NoCacheReason};
 use crate::catalog::route::Route;
 use crate::error::ProxyError;

@@ -6,6 +6,7 @@
 //! Failures travel back as values and are written once (`error::respond`).
 
 mod config;
+mod exchange;
 mod exists;
 mod load;
 mod relay;
@@ -20,14 +21,12 @@ use hyper::body::Incoming;
 use crate::cache::{CachePhase, NoCacheReason};
 use crate::catalog::route::{classify, operation_of, Operation, Route};
 use crate::catalog::writes;
-use crate::config::Settings;
 use crate::error::{self, ProxyError};
-use crate::origin::{OriginRequest, Outgoing, Sending};
-use crate::policy::stage::Shape;
-use crate::policy::Policy;
 use crate::state::State;
 use crate::wire::body::Body;
 use crate::wire::host::check_host;
+use exchange::{Answer, Exchange};
+use relay::forward;
 
 /// What the handler did with a request, set on every response it writes (the access log reads
 /// it to count and log the request).
@@ -36,33 +35,6 @@ pub struct Outcome {
     pub operation: Operation,
     pub phase: Option<CachePhase>,
     pub reason: Option<NoCacheReason>,
-}
-
-/// One request, as every part of the handler sees it.
-pub struct Exchange<'a> {
-    pub state: &'a State,
-    pub settings: Arc<Settings>,
-    pub route: Route,
-    pub policy: Arc<Policy>,
-    pub peer: SocketAddr,
-    pub request_id: &'a Arc<str>,
-}
-
-/// What a part of the handler answers with.
-pub struct Answer {
-    pub response: Response<Body>,
-    pub phase: Option<CachePhase>,
-    pub reason: Option<NoCacheReason>,
-}
-
-impl Answer {
-    fn plain(response: Response<Body>) -> Answer {
-        Answer {
-            response,
-            phase: None,
-            reason: None,
-        }
-    }
 }
 
 /// Handles one client request; every failure becomes an Iceberg error response.
@@ -171,89 +143,4 @@ async fn dispatch(
     Box::pin(forward(&exchange, parts, body))
         .await
         .map(Answer::plain)
-}
-
-/// Sends a request on to the catalog and relays its answer, through the policy stage where
-/// the route's answer may carry credentials.
-async fn forward(
-    exchange: &Exchange<'_>,
-    parts: http::request::Parts,
-    body: Incoming,
-) -> Result<Response<Body>, ProxyError> {
-    let shape = answer_shape(exchange.route.operation);
-    let origin = origin_request(exchange, &parts, shape)?;
-    send_on(exchange, origin, body, shape).await
-}
-
-/// Sends a request built for the route, with the client's body, and relays the answer.
-async fn send_on(
-    exchange: &Exchange<'_>,
-    origin: OriginRequest,
-    body: Incoming,
-    shape: Option<Shape>,
-) -> Result<Response<Body>, ProxyError> {
-    let idle = exchange.settings.request_timeout;
-    let response = exchange
-        .state
-        .origin
-        .send(origin, crate::wire::body::stream(body, idle))
-        .await?;
-    relay::relay(exchange, response, shape).await
-}
-
-/// The request to the catalog for a client's request, built once: the key (for loadTable) and
-/// what is sent are both derived from it.
-fn origin_request(
-    exchange: &Exchange<'_>,
-    parts: &http::request::Parts,
-    shape: Option<Shape>,
-) -> Result<OriginRequest, ProxyError> {
-    let how = sending(exchange, shape);
-    Ok(OriginRequest::new(
-        parts,
-        &how,
-        exchange.route.operation,
-        &exchange.settings.upstream,
-    )?)
-}
-
-/// The same request, its headers built only when a whole set is needed (loadTable, whose hits
-/// read a few of them).
-fn outgoing(
-    exchange: &Exchange<'_>,
-    parts: http::request::Parts,
-    shape: Option<Shape>,
-) -> Result<Outgoing, ProxyError> {
-    let how = sending(exchange, shape);
-    Ok(Outgoing::new(
-        parts,
-        how,
-        exchange.route.operation,
-        &exchange.settings.upstream,
-    )?)
-}
-
-fn sending(exchange: &Exchange<'_>, shape: Option<Shape>) -> Sending {
-    Sending {
-        peer: exchange.peer,
-        proto: exchange.settings.scheme(),
-        forwards_delegation: exchange.policy.credentials.forwards_delegation(),
-        request_id: exchange.request_id.clone(),
-        // An answer the policy stage must read comes in the identity encoding.
-        identity_encoding: relay::processes(shape, &exchange.policy),
-    }
-}
-
-/// What a route's successful answer is, for the policy stage under `strip` and `inject`.
-pub fn answer_shape(operation: Operation) -> Option<Shape> {
-    use Operation::*;
-    match operation {
-        LoadTable | CreateTable | RegisterTable | LoadView | CreateView | ReplaceView
-        | RegisterView => Some(Shape::Table),
-        LoadCredentials => Some(Shape::Credentials),
-        // Config has its own reader; every other answer is scrubbed: a catalog may put
-        // credentials in a commit's answer, a scan plan, or an extension's.
-        Config => None,
-        _ => Some(Shape::Unknown),
-    }
 }

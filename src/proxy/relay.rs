@@ -7,18 +7,13 @@ use http::Response;
 use http_body::Body as _;
 use hyper::body::Incoming;
 
-use super::Exchange;
+use super::exchange::{answer_shape, origin_request, processes, Exchange};
 use crate::cache::POLICY_READ_LIMIT;
 use crate::error::ProxyError;
+use crate::origin::OriginRequest;
 use crate::policy::stage::{self, Shape};
-use crate::policy::{Credentials, Policy};
 use crate::wire::body::{pieces, read_to_bytes, stream, Body};
 use crate::wire::headers::remove_hop_by_hop;
-
-/// Whether an answer of `shape` goes through the policy stage under `policy`.
-pub fn processes(shape: Option<Shape>, policy: &Policy) -> bool {
-    shape.is_some() && policy.credentials != Credentials::Passthrough
-}
 
 pub async fn relay(
     exchange: &Exchange<'_>,
@@ -67,4 +62,32 @@ pub async fn relay(
         .headers
         .insert(header::CONTENT_LENGTH, HeaderValue::from(length));
     Ok(Response::from_parts(parts, pieces(served)))
+}
+
+/// Sends a request on to the catalog and relays its answer, through the policy stage where
+/// the route's answer may carry credentials.
+pub async fn forward(
+    exchange: &Exchange<'_>,
+    parts: http::request::Parts,
+    body: Incoming,
+) -> Result<Response<Body>, ProxyError> {
+    let shape = answer_shape(exchange.route.operation);
+    let origin = origin_request(exchange, &parts, shape)?;
+    send_on(exchange, origin, body, shape).await
+}
+
+/// Sends a request built for the route, with the client's body, and relays the answer.
+pub async fn send_on(
+    exchange: &Exchange<'_>,
+    origin: OriginRequest,
+    body: Incoming,
+    shape: Option<Shape>,
+) -> Result<Response<Body>, ProxyError> {
+    let idle = exchange.settings.request_timeout;
+    let response = exchange
+        .state
+        .origin
+        .send(origin, crate::wire::body::stream(body, idle))
+        .await?;
+    relay(exchange, response, shape).await
 }

@@ -9,7 +9,8 @@
 use http::Request;
 use hyper::body::Incoming;
 
-use super::{answer_shape, origin_request, relay, Exchange};
+use super::exchange::{answer_shape, origin_request, Exchange};
+use super::relay;
 use crate::cache::Cause;
 use crate::catalog::writes::{names_in_body, touched, Touched};
 use crate::coordination::Cover;

@@ -109,7 +109,7 @@ fn nats(p: &mut Values) -> Option<NatsSettings> {
 #[cfg(test)]
 mod tests {
     use crate::config::raw::Raw;
-    use crate::config::Settings;
+    use crate::config::settings::Settings;
 
     fn with(pairs: &[(&str, &str)]) -> Result<Settings, String> {
         let mut all: Vec<(&str, toml::Value)> = vec![("upstream", "http://127.0.0.1:8181".into())];
