@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Fuzzes everything icecache parses from the network or from users (fuzz/fuzz_targets/), each
 # target for SECONDS (default 60), with cargo-fuzz and libFuzzer. New interesting inputs join
-# fuzz/corpus/TARGET/, minimised afterwards; commit them: tests/fuzz_corpus.rs replays the
+# fuzz/corpus/TARGET/, minimised afterwards; commit them: tests/it/fuzz_findings.rs replays the
 # corpus in the normal suite. A crash leaves its input in fuzz/artifacts/TARGET/.
 #   ./scripts/fuzz.sh [SECONDS] [TARGET...]
 set -euo pipefail

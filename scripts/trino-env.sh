@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs Trino for the suite (tests/trino.rs): the server's core and its Iceberg connector,
+# Installs Trino for the suite (tests/clients/trino.rs): the server's core and its Iceberg connector,
 # both from Maven Central (io.trino, pinned below), unpacked once into ~/.cache/icecache. Trino
 # runs on the Temurin 25 JDK the machines carry (ICECACHE_TRINO_JAVA_HOME overrides it).
 set -euo pipefail

@@ -1,5 +1,5 @@
 //! The checks the fuzz targets (`fuzz/`) run on arbitrary input, shared with the test that
-//! replays their committed corpus (`tests/fuzz_corpus.rs`). Each panics on a broken property;
+//! replays their committed corpus (`tests/it/fuzz_findings.rs`). Each panics on a broken property;
 //! anything else (an error result) is a correct answer to bad input.
 
 use http::{HeaderMap, HeaderValue, Method};

@@ -68,16 +68,16 @@ pub async fn run(
     reload: Option<Reload>,
     shutdown: watch::Receiver<bool>,
 ) -> Result<(), RunError> {
-    // SO_REUSEPORT would also let a second icecache share the port unnoticed: a plain bind
-    // first fails if anything listens there already, and fixes the port when 0 was asked for.
-    let listen = std::net::TcpListener::bind(settings.listen)
-        .and_then(|probe| probe.local_addr())
-        .map_err(|e| bind_error("proxy", settings.listen, e))?;
-    let proxy_listeners = (0..settings.workers)
-        .map(|_| bind_reuseport(listen))
-        .collect::<Result<Vec<_>, _>>()?;
+    let proxy_listeners = bind_proxy(settings.listen, settings.workers)?;
     let admin_listener = TcpListener::bind(settings.admin_listen)
         .await
+        .map_err(|e| bind_error("admin", settings.admin_listen, e))?;
+    // The addresses as bound: with port 0 the system picked them, and only this line says which.
+    let listening = proxy_listeners[0]
+        .local_addr()
+        .map_err(|e| bind_error("proxy", settings.listen, e))?;
+    let admin_listening = admin_listener
+        .local_addr()
         .map_err(|e| bind_error("admin", settings.admin_listen, e))?;
     let metrics = Arc::new(Metrics::new());
     let (origin, client_cert) = Origin::new(
@@ -169,8 +169,8 @@ pub async fn run(
         }
     }
     tracing::info!(
-        listen = %settings.listen,
-        admin = %settings.admin_listen,
+        listen = %listening,
+        admin = %admin_listening,
         workers = settings.workers,
         upstream = %settings.upstream,
         "icecache started"
@@ -343,6 +343,25 @@ fn apply_events(
 
 fn bind_error(what: &'static str, addr: SocketAddr, source: std::io::Error) -> RunError {
     RunError::Bind { what, addr, source }
+}
+
+/// One listener per worker, all on one port. An explicit port is first bound plainly, which
+/// fails if anything listens there (SO_REUSEPORT alone would let a second icecache share it
+/// unnoticed); with port 0 the first worker's socket takes a port the system picks, and the
+/// others join it.
+fn bind_proxy(addr: SocketAddr, workers: usize) -> Result<Vec<std::net::TcpListener>, RunError> {
+    if addr.port() != 0 {
+        std::net::TcpListener::bind(addr).map_err(|e| bind_error("proxy", addr, e))?;
+    }
+    let first = bind_reuseport(addr)?;
+    let port = first
+        .local_addr()
+        .map_err(|e| bind_error("proxy", addr, e))?;
+    let mut listeners = vec![first];
+    for _ in 1..workers.max(1) {
+        listeners.push(bind_reuseport(port)?);
+    }
+    Ok(listeners)
 }
 
 /// A non-blocking listener that shares its address with the other workers' listeners.

@@ -1,14 +1,11 @@
-//! A real redis-server (Debian's, installed by scripts/test.sh) on a free loopback port, and a
+//! A real redis-server (Debian's, installed by scripts/test.sh) on a port of the suite's range, and a
 //! tier of icecache replicas sharing it and one cluster key.
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use serde_json::Value;
-
-use super::standin::{version_of, Shape, StandIn};
-use super::{free_port, unique, until_serving, Icecache};
+use super::{ports, unique, until_serving, Icecache};
 
 fn connect(url: &str) -> redis::RedisResult<redis::Connection> {
     redis::Client::open(url)?.get_connection_with_timeout(Duration::from_secs(1))
@@ -22,25 +19,16 @@ pub struct Redis {
 
 impl Redis {
     pub async fn start() -> Redis {
-        // A free port can be taken by another test's server before redis binds it: then it
-        // exits at once, and a new port is tried.
-        for _ in 0..3 {
-            let mut redis = Redis {
-                child: None,
-                port: free_port(),
-            };
-            if redis.try_spawn().await {
-                return redis;
-            }
-        }
-        panic!("redis-server did not start on three ports");
+        let mut redis = Redis::not_started();
+        redis.spawn().await;
+        redis
     }
 
     /// A port where no Redis runs yet (`restart` starts it there).
     pub fn not_started() -> Redis {
         Redis {
             child: None,
-            port: free_port(),
+            port: ports::reserved(),
         }
     }
 
@@ -91,20 +79,6 @@ impl Redis {
         }
     }
 
-    /// A new, empty server on the same port (a restart without persistence, or a failover to
-    /// an empty node).
-    pub async fn restart(&mut self) {
-        self.kill();
-        self.spawn().await;
-    }
-
-    pub fn flushall(&self) {
-        let mut connection = self.connection().expect("redis answers");
-        redis::cmd("FLUSHALL")
-            .query::<()>(&mut connection)
-            .expect("FLUSHALL");
-    }
-
     /// Every key with its value (strings as bytes, other types as their type name).
     pub fn dump(&self) -> Vec<(String, Vec<u8>)> {
         let mut connection = self.connection().expect("redis answers");
@@ -123,6 +97,24 @@ impl Redis {
                 (key, value)
             })
             .collect()
+    }
+}
+
+/// What the tier's fault tests (tests/cluster) do to Redis; the core suite only starts one.
+#[allow(dead_code)]
+impl Redis {
+    /// A new, empty server on the same port (a restart without persistence, or a failover to
+    /// an empty node).
+    pub async fn restart(&mut self) {
+        self.kill();
+        self.spawn().await;
+    }
+
+    pub fn flushall(&self) {
+        let mut connection = self.connection().expect("redis answers");
+        redis::cmd("FLUSHALL")
+            .query::<()>(&mut connection)
+            .expect("FLUSHALL");
     }
 
     pub fn set(&self, key: &str, value: &[u8]) {
@@ -224,6 +216,8 @@ impl Drop for KeyFile {
 /// `n` replicas in front of `upstream`, sharing `redis` and one key.
 pub struct Tier {
     pub replicas: Vec<Icecache>,
+    /// Kept for as long as the tier runs; the tier's own tests read it.
+    #[allow(dead_code)]
     pub key: KeyFile,
 }
 
@@ -278,12 +272,6 @@ impl Tier {
 
 pub const TABLE: &str = "/v1/namespaces/db/tables/t";
 
-pub async fn standin(shape: Shape) -> StandIn {
-    let standin = StandIn::start(shape).await;
-    standin.create("t");
-    standin
-}
-
 pub async fn load(url: &str, caller: &str) -> reqwest::Response {
     reqwest::Client::new()
         .get(format!("{url}{TABLE}"))
@@ -291,50 +279,4 @@ pub async fn load(url: &str, caller: &str) -> reqwest::Response {
         .send()
         .await
         .expect("the replica answers")
-}
-
-pub async fn version_at(url: &str) -> u64 {
-    let response = load(url, "alice").await;
-    assert_eq!(response.status(), 200);
-    version_of(&response.json::<Value>().await.unwrap()).unwrap()
-}
-
-pub async fn commit(url: &str) -> u64 {
-    let response = super::empty_commit(&format!("{url}{TABLE}"), "alice").await;
-    assert_eq!(response.status(), 200);
-    version_of(&response.json::<Value>().await.unwrap()).unwrap()
-}
-
-/// The least a replica's Redis user needs, as the README gives it.
-pub const ACL: &[&str] = &[
-    "on",
-    "~icecache:*",
-    "&icecache:*",
-    "+@read",
-    "+@write",
-    "+@pubsub",
-    "+@scripting",
-    "+@connection",
-    "-@dangerous",
-    "+time",
-];
-
-pub fn restricted_user(redis: &Redis, user: &str) -> String {
-    let mut args = vec!["ACL", "SETUSER", user, ">tier-password"];
-    args.extend_from_slice(ACL);
-    redis.command(&args);
-    redis.url_as(user, "tier-password")
-}
-
-/// The version `url` serves, polled until it reflects `committed` or `within` has passed (a
-/// replica under `bounded` catches up when the news arrives).
-pub async fn version_within(url: &str, committed: u64, within: Duration) -> u64 {
-    let started = std::time::Instant::now();
-    loop {
-        let seen = version_at(url).await;
-        if seen >= committed || started.elapsed() >= within {
-            return seen;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
 }

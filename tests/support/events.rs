@@ -1,6 +1,6 @@
 //! Catalogs that announce their changes: a SeaweedFS `weed mini` of its own (its filer webhook
 //! is configured when it starts, so each test that needs one gets one), and Debian's
-//! nats-server with JetStream, both on free loopback ports.
+//! nats-server with JetStream, both on loopback ports of the suite's range (`ports`).
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use super::{free_port, try_token, unique, until_serving, Api, ConfigFile, PREFIX};
+use super::{ports, try_token, unique, until_serving, Api, ConfigFile, PREFIX};
 
 /// A file holding a webhook token (a temporary text file, removed when dropped).
 pub fn token_file(token: &str) -> ConfigFile {
@@ -23,23 +23,15 @@ pub struct Weed {
     pub iceberg: String,
 }
 
-/// One SeaweedFS starts at a time: each binds eleven ports picked free a moment before, and
-/// several starting together (with their own connections taking ephemeral ports) collide.
-static STARTING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
 impl Weed {
     pub async fn start(webhook: Option<(&str, &str)>) -> Weed {
-        let _one_at_a_time = STARTING.lock().await;
-        // A port taken between picking and binding makes weed exit: try other ports.
-        for _ in 0..3 {
-            if let Some(weed) = Weed::try_start(webhook).await {
-                return weed;
-            }
+        match Weed::try_start(webhook).await {
+            Ok(weed) => weed,
+            Err(log) => panic!("weed mini did not start; its log ends:\n{log}"),
         }
-        panic!("weed mini did not start on three sets of ports");
     }
 
-    async fn try_start(webhook: Option<(&str, &str)>) -> Option<Weed> {
+    async fn try_start(webhook: Option<(&str, &str)>) -> Result<Weed, String> {
         let dir = std::env::temp_dir().join(unique("weed"));
         std::fs::create_dir_all(dir.join("data")).expect("weed directory");
         if let Some((url, token)) = webhook {
@@ -52,8 +44,8 @@ impl Weed {
             )
             .expect("notification.toml written");
         }
-        let iceberg = free_port();
-        let port = |name: &str| format!("-{name}={}", free_port());
+        let iceberg = ports::reserved();
+        let port = |name: &str| format!("-{name}={}", ports::reserved());
         let binary = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".test-env/venv/bin/weed");
         let log = std::fs::File::create(dir.join("weed.log")).expect("weed log");
         let child = Command::new(binary)
@@ -96,7 +88,10 @@ impl Weed {
             dir,
             iceberg: format!("http://127.0.0.1:{iceberg}"),
         };
-        weed.wait_ready().await.then_some(weed)
+        if weed.wait_ready().await {
+            return Ok(weed);
+        }
+        Err(std::fs::read_to_string(weed.dir.join("weed.log")).unwrap_or_default())
     }
 
     /// Whether the catalog serves within 30 s; false at once if weed exits.
@@ -146,7 +141,7 @@ impl Drop for Weed {
     }
 }
 
-/// A nats-server with JetStream on a free port; killed when dropped.
+/// A nats-server with JetStream on a port of the suite's range; killed when dropped.
 pub struct Nats {
     child: Option<Child>,
     dir: PathBuf,
@@ -155,14 +150,9 @@ pub struct Nats {
 
 impl Nats {
     pub async fn start() -> Nats {
-        // A port taken between picking and binding makes the server exit: try another.
-        for _ in 0..3 {
-            let mut nats = Nats::not_started();
-            if nats.try_spawn().await {
-                return nats;
-            }
-        }
-        panic!("nats-server did not start on three ports");
+        let mut nats = Nats::not_started();
+        nats.restart().await;
+        nats
     }
 
     /// A port where no server runs yet (`restart` starts one there).
@@ -170,7 +160,7 @@ impl Nats {
         Nats {
             child: None,
             dir: std::env::temp_dir().join(unique("nats")),
-            port: free_port(),
+            port: ports::reserved(),
         }
     }
 

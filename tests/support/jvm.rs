@@ -124,7 +124,7 @@ impl Spark {
             ]
             .map(|jar| jars.join(jar).display().to_string())
             .join(",");
-            let mut command = Command::new(super::python());
+            let mut command = Command::new(crate::support::python());
             command
                 .arg(root().join("tests/py/spark_agent.py"))
                 .arg(jars);
@@ -191,7 +191,11 @@ impl ReferenceCatalog {
         static SHARED: tokio::sync::OnceCell<ReferenceCatalog> = tokio::sync::OnceCell::const_new();
         SHARED
             .get_or_init(|| async {
-                let warehouse = format!("s3://{}/{}", reference_bucket(), super::unique("wh"));
+                let warehouse = format!(
+                    "s3://{}/{}",
+                    reference_bucket(),
+                    crate::support::unique("wh")
+                );
                 let s3 = s3_endpoint();
                 ReferenceCatalog::start(&[
                     ("warehouse", &warehouse),
@@ -219,7 +223,7 @@ impl Drop for ReferenceCatalog {
 /// Creates a namespace and a table in it on a catalog that needs no prefix nor token (the
 /// reference catalog); returns `namespace.table`.
 pub async fn reference_table(url: &str) -> String {
-    let namespace = super::unique("ref");
+    let namespace = crate::support::unique("ref");
     let http = reqwest::Client::new();
     let created = http
         .post(format!("{url}/v1/namespaces"))
@@ -268,7 +272,7 @@ pub fn client(uri: &str) -> Value {
 pub fn seaweedfs_client(uri: &str) -> Value {
     let mut properties = client(uri);
     let extra = json!({
-        "warehouse": super::PREFIX,
+        "warehouse": crate::support::PREFIX,
         "rest.auth.type": "oauth2",
         "credential": "admin:adminsecret",
         "oauth2-server-uri": format!("{uri}/v1/oauth/tokens"),

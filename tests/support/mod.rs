@@ -1,18 +1,13 @@
 //! Test harness: the real catalog that `scripts/test.sh` started, a real icecache process, a
 //! counting relay between them, and pyiceberg.
-#![allow(dead_code)] // each test binary uses a different part of the harness
 
 pub mod cluster;
-pub mod compatibility;
 pub mod events;
 pub mod fake;
-pub mod gate;
-pub mod jvm;
+pub mod ports;
 pub mod relay;
 pub mod standin;
-pub mod trino;
 
-use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -65,14 +60,6 @@ pub fn catalog() -> String {
 
 pub const PREFIX: &str = "warehouse";
 
-/// A free loopback port (SeaweedFS holds several fixed ones; the OS picks one it does not).
-pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
-
 /// A name no other test (or earlier run against the same catalog) uses.
 pub fn unique(stem: &str) -> String {
     static COUNTER: AtomicU32 = AtomicU32::new(0);
@@ -97,12 +84,6 @@ pub struct Icecache {
     log: PathBuf,
 }
 
-/// Why a spawned icecache is not serving.
-struct StartFailure {
-    exited: bool,
-    why: String,
-}
-
 /// The icecache binary under test: this build's, or `ICECACHE_TEST_BIN` (to run the suite
 /// against another build, e.g. to see a new test fail on the code before a fix).
 pub fn binary() -> PathBuf {
@@ -123,113 +104,80 @@ impl Icecache {
         Icecache::launch(upstream, extra, env, None).await
     }
 
-    /// Starts icecache with its admin listener on `admin_port` (chosen before, for a catalog
-    /// that must be told where to send its events).
+    /// Starts icecache with its admin listener on `admin_port` (from `ports::reserved`, for a
+    /// catalog that must be told where to send its events before icecache starts).
     pub async fn start_with_admin(upstream: &str, admin_port: u16, extra: &[&str]) -> Icecache {
         Icecache::launch(upstream, extra, &[], Some(admin_port)).await
     }
 
-    /// What icecache has logged so far (nothing when `ICECACHE_TEST_LOGS` sends it to the
-    /// terminal instead).
+    /// What icecache has logged so far.
     pub fn logs(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
-    /// Spawns icecache on free ports and waits until its admin listener is healthy. A port
-    /// picked free can be taken (by another test's connection) before icecache binds it; then
-    /// icecache exits at once saying so, and another port is tried. Any other failure to
-    /// start panics with the end of its log.
+    /// Spawns icecache on ports it picks itself (port 0; its first log line says which) and
+    /// waits until its admin listener is healthy; a failure to start panics with the end of its
+    /// log.
     async fn launch(
         upstream: &str,
         extra: &[&str],
         env: &[(&str, &str)],
         admin_port: Option<u16>,
     ) -> Icecache {
-        const ATTEMPTS: usize = 5;
-        for attempt in 1..=ATTEMPTS {
-            let mut icecache = Icecache::spawn(upstream, extra, env, admin_port);
-            let failure = match icecache.until_healthy().await {
-                Ok(()) => return icecache,
-                Err(failure) => failure,
-            };
-            let log = icecache.logs();
-            if failure.exited && log.contains("cannot listen on") && attempt < ATTEMPTS {
-                continue;
-            }
-            let tail: Vec<&str> = log.lines().rev().take(20).collect();
-            let tail: Vec<&str> = tail.into_iter().rev().collect();
-            panic!(
-                "icecache did not become healthy on {} ({}); its log ends:\n{}",
-                icecache.url,
-                failure.why,
-                tail.join("\n")
-            );
-        }
-        unreachable!("the last attempt returns or panics")
-    }
-
-    fn spawn(
-        upstream: &str,
-        extra: &[&str],
-        env: &[(&str, &str)],
-        admin_port: Option<u16>,
-    ) -> Icecache {
-        let listen = format!("127.0.0.1:{}", free_port());
-        let admin = format!("127.0.0.1:{}", admin_port.unwrap_or_else(free_port));
+        let admin =
+            admin_port.map_or_else(|| "127.0.0.1:0".to_owned(), |p| format!("127.0.0.1:{p}"));
         let log = std::env::temp_dir().join(format!("{}.log", unique("icecache")));
-        let stderr = if std::env::var_os("ICECACHE_TEST_LOGS").is_some() {
-            Stdio::inherit()
-        } else {
-            Stdio::from(std::fs::File::create(&log).expect("log file"))
-        };
         let child = Command::new(binary())
-            .args([
-                "--upstream",
-                upstream,
-                "--listen",
-                &listen,
-                "--admin-listen",
-                &admin,
-            ])
+            .args(["--upstream", upstream, "--listen", "127.0.0.1:0"])
+            .args(["--admin-listen", &admin])
             .args(extra)
             .envs(env.iter().copied())
             .env_remove("ICECACHE_CONFIG")
             .stdout(Stdio::null())
-            .stderr(stderr)
+            .stderr(Stdio::from(std::fs::File::create(&log).expect("log file")))
             .spawn()
             .expect("icecache starts");
-        Icecache {
+        let mut icecache = Icecache {
             child,
-            url: format!("http://{listen}"),
-            admin: format!("http://{admin}"),
+            url: String::new(),
+            admin: String::new(),
             log,
+        };
+        if let Err(why) = icecache.until_healthy().await {
+            let log = icecache.logs();
+            let tail: Vec<&str> = log.lines().rev().take(20).collect();
+            let tail: Vec<&str> = tail.into_iter().rev().collect();
+            panic!(
+                "icecache did not become healthy ({why}); its log ends:\n{}",
+                tail.join("\n")
+            );
         }
+        icecache
     }
 
-    /// Waits up to 20 s (a debug build on a loaded machine) for `/healthz` to answer 2xx.
-    async fn until_healthy(&mut self) -> Result<(), StartFailure> {
+    /// Waits up to 20 s (a debug build on a loaded machine) for the addresses icecache bound
+    /// and then for `/healthz` to answer 2xx.
+    async fn until_healthy(&mut self) -> Result<(), String> {
         let client = reqwest::Client::new();
         for _ in 0..800 {
             if let Ok(Some(status)) = self.child.try_wait() {
-                return Err(StartFailure {
-                    exited: true,
-                    why: format!("it exited: {status}"),
-                });
+                return Err(format!("it exited: {status}"));
             }
-            let healthz = client.get(format!("{}/healthz", self.admin)).send().await;
-            // Still running after the answer: a process that lost its port race to another
-            // icecache exits, and the answer was that one's.
-            if healthz.is_ok_and(|r| r.status().is_success())
-                && matches!(self.child.try_wait(), Ok(None))
-            {
-                return Ok(());
+            if self.admin.is_empty() {
+                if let Some((listen, admin)) = bound_addresses(&self.logs()) {
+                    self.url = format!("http://{listen}");
+                    self.admin = format!("http://{admin}");
+                }
+            }
+            if !self.admin.is_empty() {
+                let healthz = client.get(format!("{}/healthz", self.admin)).send().await;
+                if healthz.is_ok_and(|r| r.status().is_success()) {
+                    return Ok(());
+                }
             }
             tokio::time::sleep(Duration::from_millis(25)).await;
         }
-        Err(StartFailure {
-            exited: false,
-            why: "no healthy answer within 20 s".to_owned(),
-        })
+        Err("no healthy answer within 20 s".to_owned())
     }
 
     pub fn pid(&self) -> u32 {
@@ -237,6 +185,7 @@ impl Icecache {
     }
 
     /// The catalog-facing base URL with the warehouse prefix.
+    #[allow(dead_code)] // the clients' tests (tests/clients) use it
     pub fn api(&self) -> String {
         format!("{}/v1/{PREFIX}", self.url)
     }
@@ -265,6 +214,7 @@ impl Icecache {
     }
 
     /// Kills the process with SIGKILL (no cleanup, as a crash or an OOM kill would).
+    #[allow(dead_code)] // the tier's tests (tests/cluster) use it
     pub fn kill_now(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
@@ -275,8 +225,27 @@ impl Drop for Icecache {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        if std::env::var_os("ICECACHE_TEST_LOGS").is_some() {
+            eprintln!("--- icecache {} logged:\n{}", self.url, self.logs());
+        }
         let _ = std::fs::remove_file(&self.log);
     }
+}
+
+/// The proxy and admin addresses from icecache's `icecache started` line (text or JSON logs).
+fn bound_addresses(log: &str) -> Option<(String, String)> {
+    let line = log.lines().find(|l| l.contains("icecache started"))?;
+    let field = |name: &str| -> Option<String> {
+        for pattern in [format!(" {name}="), format!("\"{name}\":\"")] {
+            if let Some(at) = line.find(&pattern) {
+                let rest = &line[at + pattern.len()..];
+                let end = rest.find([' ', '"']).unwrap_or(rest.len());
+                return Some(rest[..end].to_owned());
+            }
+        }
+        None
+    };
+    Some((field("listen")?, field("admin")?))
 }
 
 /// Sends SIGHUP to icecache and waits until it counts a reload with `result`
@@ -299,8 +268,8 @@ pub async fn hangup(icecache: &Icecache, result: &str) {
 }
 
 /// Waits (up to 10 s) until `ready` says a server just spawned serves: true once it does,
-/// false at once if it exits (its port was taken; the caller tries another) or never serves
-/// (then it is killed). `child` is emptied unless it serves.
+/// false at once if it exits or never serves (then it is killed). `child` is emptied unless it
+/// serves.
 pub async fn until_serving(child: &mut Option<Child>, ready: impl Fn() -> bool) -> bool {
     for _ in 0..500 {
         if ready() {
@@ -541,26 +510,6 @@ pub async fn pyiceberg_async(uri: &str, args: &[&str]) -> Value {
     })
     .await
     .expect("pyiceberg thread")
-}
-
-/// Records that `test` could not run and why. Under `scripts/test.sh`, which installs
-/// everything the suite needs, that is a failure (`ICECACHE_TEST_REQUIRE_ALL`); otherwise the
-/// skip is written to `ICECACHE_TEST_SKIPS` so the run's closing line counts it.
-pub fn skipped(test: &str, why: &str) {
-    if std::env::var_os("ICECACHE_TEST_REQUIRE_ALL").is_some() {
-        panic!("{test} cannot run: {why}");
-    }
-    eprintln!("SKIPPED {test}: {why}");
-    if let Some(path) = std::env::var_os("ICECACHE_TEST_SKIPS") {
-        use std::io::Write;
-        if let Ok(mut file) = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)
-        {
-            let _ = writeln!(file, "{test}");
-        }
-    }
 }
 
 /// The value of one metric sample line (`name{labels} value`), or 0 when absent.

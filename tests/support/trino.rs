@@ -39,7 +39,7 @@ impl Trino {
     }
 
     async fn start() -> Trino {
-        let etc = std::env::temp_dir().join(super::unique("trino-etc"));
+        let etc = std::env::temp_dir().join(crate::support::unique("trino-etc"));
         let data = etc.join("data");
         std::fs::create_dir_all(&data).expect("trino etc");
         let write = |name: &str, text: String| {
@@ -57,7 +57,7 @@ impl Trino {
             format!(
                 "node.environment=icecache\nnode.id={}\nnode.data-dir={}\n\
                  node.bind-ip=127.0.0.1\nnode.internal-address=127.0.0.1\n",
-                super::unique("node"),
+                crate::support::unique("node"),
                 data.display()
             ),
         );
@@ -175,12 +175,12 @@ impl Trino {
     /// An Iceberg catalog on the REST catalog at `uri` whose data is on the suite's S3; `auth`
     /// adds the OAuth2 client credentials SeaweedFS wants. Returns its name.
     pub async fn iceberg_catalog(&self, uri: &str, warehouse: Option<&str>, auth: bool) -> String {
-        let name = super::unique("c");
+        let name = crate::support::unique("c");
         let mut properties = vec![
             ("iceberg.catalog.type", "rest".to_owned()),
             ("iceberg.rest-catalog.uri", uri.to_owned()),
             ("fs.native-s3.enabled", "true".to_owned()),
-            ("s3.endpoint", super::jvm::s3_endpoint()),
+            ("s3.endpoint", crate::jvm::s3_endpoint()),
             ("s3.region", "us-east-1".to_owned()),
             ("s3.path-style-access", "true".to_owned()),
             ("s3.aws-access-key", "admin".to_owned()),

@@ -25,28 +25,26 @@ impl Drop for Icecache {
     }
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
-
+/// Starts icecache on ports it picks itself, reads them from its first log line, and waits
+/// until it is healthy.
 async fn icecache() -> Icecache {
-    let listen = format!("127.0.0.1:{}", free_port());
-    let admin = format!("127.0.0.1:{}", free_port());
-    let child = Command::new(env("ICECACHE_BIN"))
-        .args([
-            "--upstream",
-            &env("ICECACHE_TEST_CATALOG"),
-            "--listen",
-            &listen,
-        ])
-        .args(["--admin-listen", &admin])
+    use std::io::{BufRead, BufReader};
+    let mut child = Command::new(env("ICECACHE_BIN"))
+        .args(["--upstream", &env("ICECACHE_TEST_CATALOG")])
+        .args(["--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"])
+        .args(["--log-format", "json"])
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stderr(Stdio::piped())
         .spawn()
         .expect("icecache starts");
+    let mut stderr = BufReader::new(child.stderr.take().expect("stderr"));
+    let mut first = String::new();
+    stderr.read_line(&mut first).expect("icecache logs");
+    // The rest of its log is drained, so icecache never blocks writing it.
+    std::thread::spawn(move || std::io::copy(&mut stderr, &mut std::io::sink()));
+    let started: serde_json::Value = serde_json::from_str(&first).expect("a JSON log line");
+    let field = |name: &str| started[name].as_str().expect("a bound address").to_owned();
+    let (listen, admin) = (field("listen"), field("admin"));
     let icecache = Icecache(child, format!("http://{listen}"));
     for _ in 0..200 {
         if reqwest::get(format!("http://{admin}/healthz"))

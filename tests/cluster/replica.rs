@@ -1,0 +1,61 @@
+//! What the tier's tests ask of a replica beyond a load: the stand-in they share, the version a
+//! replica serves, a commit through it, and a Redis user with the least rights.
+
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::support::cluster::{load, Redis, TABLE};
+use crate::support::standin::{version_of, Shape, StandIn};
+
+pub async fn standin(shape: Shape) -> StandIn {
+    let standin = StandIn::start(shape).await;
+    standin.create("t");
+    standin
+}
+
+pub async fn version_at(url: &str) -> u64 {
+    let response = load(url, "alice").await;
+    assert_eq!(response.status(), 200);
+    version_of(&response.json::<Value>().await.unwrap()).unwrap()
+}
+
+pub async fn commit(url: &str) -> u64 {
+    let response = crate::support::empty_commit(&format!("{url}{TABLE}"), "alice").await;
+    assert_eq!(response.status(), 200);
+    version_of(&response.json::<Value>().await.unwrap()).unwrap()
+}
+
+/// The least a replica's Redis user needs, as the README gives it.
+pub const ACL: &[&str] = &[
+    "on",
+    "~icecache:*",
+    "&icecache:*",
+    "+@read",
+    "+@write",
+    "+@pubsub",
+    "+@scripting",
+    "+@connection",
+    "-@dangerous",
+    "+time",
+];
+
+pub fn restricted_user(redis: &Redis, user: &str) -> String {
+    let mut args = vec!["ACL", "SETUSER", user, ">tier-password"];
+    args.extend_from_slice(ACL);
+    redis.command(&args);
+    redis.url_as(user, "tier-password")
+}
+
+/// The version `url` serves, polled until it reflects `committed` or `within` has passed (a
+/// replica under `bounded` catches up when the news arrives).
+pub async fn version_within(url: &str, committed: u64, within: Duration) -> u64 {
+    let started = std::time::Instant::now();
+    loop {
+        let seen = version_at(url).await;
+        if seen >= committed || started.elapsed() >= within {
+            return seen;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}

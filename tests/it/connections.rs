@@ -1,0 +1,339 @@
+//! A connection's life: a request is in flight until the last of its answer is written,
+//! however slowly the client reads; a connection is idle only when nothing moves on it; a
+//! request whose client goes away is still counted and logged, once; a connection that can
+//! never speak frees its slot at once.
+
+use std::time::{Duration, Instant};
+
+use crate::support::standin::{Shape, StandIn};
+use crate::support::{h2_connection, metric, Icecache};
+use http_body_util::BodyExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+fn get(address: &str, table: &str, extra: &str) -> String {
+    format!(
+        "GET /v1/namespaces/db/tables/{table} HTTP/1.1\r\nHost: {address}\r\n\
+         Authorization: Bearer alice\r\n{extra}\r\n"
+    )
+}
+
+/// A stand-in catalog answering in `shape`, with `tables` created.
+async fn catalog(shape: Shape, tables: &[&str]) -> StandIn {
+    let catalog = StandIn::start(shape).await;
+    for table in tables {
+        catalog.create(table);
+    }
+    catalog
+}
+
+/// The same load over HTTP/2, with an `X-Request-Id` when `id` is not empty.
+fn h2_get(
+    address: &str,
+    table: &str,
+    id: &str,
+) -> http::Request<http_body_util::Empty<bytes::Bytes>> {
+    let mut request =
+        http::Request::get(format!("http://{address}/v1/namespaces/db/tables/{table}"))
+            .header("authorization", "Bearer alice");
+    if !id.is_empty() {
+        request = request.header("x-request-id", id);
+    }
+    request.body(http_body_util::Empty::new()).unwrap()
+}
+
+/// Reads one HTTP/1.1 answer with a `content-length` body, `pace` bytes at a time with a pause
+/// between reads until `slow_until` bytes of body have come; returns the head and body length.
+async fn read_answer(
+    stream: &mut TcpStream,
+    pace: Option<(usize, Duration)>,
+    slow_until: usize,
+) -> (String, usize) {
+    let mut buffer = Vec::new();
+    let mut chunk = vec![0u8; 256 * 1024];
+    let (head, length) = loop {
+        let n = stream.read(&mut chunk).await.expect("read");
+        assert!(n > 0, "closed before a whole head");
+        buffer.extend_from_slice(&chunk[..n]);
+        if let Some(end) = buffer.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&buffer[..end]).into_owned();
+            let length: usize = head
+                .lines()
+                .find_map(|l| {
+                    l.to_ascii_lowercase()
+                        .strip_prefix("content-length:")
+                        .map(|v| v.trim().parse().expect("a length"))
+                })
+                .expect("a content-length");
+            buffer.drain(..end + 4);
+            break (head, length);
+        }
+    };
+    let mut got = buffer.len();
+    while got < length {
+        let want = match pace {
+            Some((bytes, pause)) if got < slow_until => {
+                tokio::time::sleep(pause).await;
+                bytes.min(length - got)
+            }
+            _ => (length - got).min(chunk.len()),
+        };
+        let n = stream.read(&mut chunk[..want]).await.expect("read");
+        assert!(n > 0, "closed after {got} of {length} bytes");
+        got += n;
+    }
+    (head, got)
+}
+
+/// A connection whose receive buffer is fixed at 256 KiB (the kernel doubles it).
+async fn small_buffer_connection(address: &str) -> TcpStream {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(256 << 10).unwrap();
+    socket.connect(address.parse().unwrap()).await.unwrap()
+}
+
+/// One whose answer takes longer than the idle timeout is answered in full, over either
+/// protocol, and its connection is closed once it has been idle.
+#[tokio::test]
+async fn a_request_slower_than_the_idle_timeout_is_answered_in_full() {
+    let catalog = catalog(
+        Shape {
+            delay: Duration::from_millis(2500),
+            ..Shape::default()
+        },
+        &["t", "u"],
+    )
+    .await;
+    let icecache = Icecache::start(&catalog.url, &["--idle-timeout", "1s"]).await;
+    let address = icecache.url.trim_start_matches("http://").to_owned();
+
+    let (mut sender, h2) = h2_connection(&address).await;
+    let request = h2_get(&address, "t", "");
+    let started = Instant::now();
+    let answer = sender.send_request(request).await.unwrap();
+    assert_eq!(answer.status(), 200);
+    let body = answer
+        .into_body()
+        .collect()
+        .await
+        .expect("the whole body")
+        .to_bytes();
+    assert!(started.elapsed() >= Duration::from_secs(2), "not slow");
+    assert!(serde_json::from_slice::<serde_json::Value>(&body).is_ok());
+    let closed = tokio::time::timeout(Duration::from_secs(4), h2).await;
+    assert!(
+        closed.is_ok(),
+        "the HTTP/2 connection stayed open once idle"
+    );
+
+    // HTTP/1.1, another table (so the catalog is asked again, as slowly).
+    let mut h1 = TcpStream::connect(&address).await.unwrap();
+    h1.write_all(get(&address, "u", "").as_bytes())
+        .await
+        .unwrap();
+    let (head, _) = read_answer(&mut h1, None, 0).await;
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    let mut rest = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(4), h1.read_to_end(&mut rest)).await;
+    assert!(
+        read.is_ok(),
+        "the HTTP/1.1 connection stayed open once idle"
+    );
+}
+
+/// A 24 MB cached answer read slowly for longer than the idle timeout: the connection is not
+/// idle while the answer is being written, so the next request on it (HTTP/1.1), or a new
+/// stream opened meanwhile (HTTP/2), is answered.
+#[tokio::test]
+async fn a_long_download_keeps_its_connection_for_the_next_request() {
+    let catalog = catalog(
+        Shape {
+            padding: 24 << 20,
+            ..Shape::default()
+        },
+        &["big", "small"],
+    )
+    .await;
+    let flags = ["--idle-timeout", "1s", "--cache-max-entry-bytes", "64MiB"];
+    let icecache = Icecache::start(&catalog.url, &flags).await;
+    let address = icecache.url.trim_start_matches("http://").to_owned();
+
+    // Filled first, so that the whole body is handed over at once. The client's receive
+    // buffer is fixed and small: left to grow (up to `tcp_rmem`'s maximum, 32 MiB on some
+    // machines), the kernel would take the rest of the answer while it is still read slowly,
+    // and the connection would rightly be idle from then on (see the README's limits).
+    let mut h1 = small_buffer_connection(&address).await;
+    h1.write_all(get(&address, "big", "").as_bytes())
+        .await
+        .unwrap();
+    let (head, _) = read_answer(&mut h1, None, 0).await;
+    assert!(head.contains("x-cache: MISS"), "{head}");
+
+    // 12 MB at 4 MB/s (3 s against an idle timeout of 1 s), then the rest at once (the
+    // kernel's buffers, the client's 512 KiB and icecache's send buffer, hold less than the
+    // 12 MB left, so icecache is still writing when the slow part ends), then the next request.
+    h1.write_all(get(&address, "big", "").as_bytes())
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let (head, length) = read_answer(
+        &mut h1,
+        Some((256 << 10, Duration::from_millis(64))),
+        12 << 20,
+    )
+    .await;
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    assert!(length > 24 << 20);
+    assert!(started.elapsed() > Duration::from_secs(2), "not slow");
+    h1.write_all(get(&address, "small", "").as_bytes())
+        .await
+        .unwrap();
+    let (head, _) = tokio::time::timeout(Duration::from_secs(5), read_answer(&mut h1, None, 0))
+        .await
+        .expect("an answer to the next request");
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+
+    // HTTP/2: stream 1 read slowly; another stream opened 2 s in is answered.
+    let (mut sender, _h2) = h2_connection(&address).await;
+    let request = |table: &str| h2_get(&address, table, "");
+    let big = sender.send_request(request("big")).await.unwrap();
+    assert_eq!(big.status(), 200);
+    let mut body = big.into_body();
+    let started = Instant::now();
+    let mut got = 0usize;
+    let mut second = None;
+    while let Some(frame) = body.frame().await {
+        got += frame.expect("a frame").data_ref().map_or(0, |d| d.len());
+        if second.is_none() && started.elapsed() > Duration::from_secs(2) {
+            second = Some(sender.send_request(request("small")));
+        }
+        tokio::time::sleep(Duration::from_millis(4)).await;
+    }
+    assert!(got > 24 << 20);
+    assert!(started.elapsed() > Duration::from_secs(2), "not slow");
+    let second = second.expect("a second stream was opened while the first was read");
+    let answer = tokio::time::timeout(Duration::from_secs(5), second)
+        .await
+        .expect("an answer to the second stream")
+        .expect("the second stream answered, not refused");
+    assert_eq!(answer.status(), 200);
+}
+
+/// A client that sends part of the HTTP/2 preface and closes: the slot it held is free at once
+/// (the bytes left unread keep the socket readable, so only the close says it is over).
+#[tokio::test]
+async fn a_partial_preface_then_a_close_frees_the_slot_at_once() {
+    let catalog = catalog(Shape::default(), &["t"]).await;
+    let flags = ["--workers", "1", "--max-connections", "1"];
+    let icecache = Icecache::start(&catalog.url, &flags).await;
+    let address = icecache.url.trim_start_matches("http://").to_owned();
+    for first in [&b"PRI * HTTP/2.0\r\n"[..], b"P"] {
+        let mut gone = TcpStream::connect(&address).await.unwrap();
+        gone.write_all(first).await.unwrap();
+        drop(gone);
+        let started = Instant::now();
+        let mut next = TcpStream::connect(&address).await.unwrap();
+        next.write_all(get(&address, "t", "").as_bytes())
+            .await
+            .unwrap();
+        let (head, _) =
+            tokio::time::timeout(Duration::from_secs(5), read_answer(&mut next, None, 0))
+                .await
+                .expect("answered");
+        assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+        // The head-read timeout (10 s) is what the slot used to wait for.
+        assert!(started.elapsed() < Duration::from_secs(5));
+    }
+}
+
+/// A request abandoned before its answer (the client closed its connection, or reset its
+/// HTTP/2 stream) is counted once, with status 499, and logged with its request id; the
+/// catalog's answer still fills the cache for the next caller.
+#[tokio::test]
+async fn an_abandoned_request_is_counted_and_logged_once() {
+    let catalog = catalog(
+        Shape {
+            delay: Duration::from_millis(1500),
+            ..Shape::default()
+        },
+        &["t", "u"],
+    )
+    .await;
+    let icecache = Icecache::start(&catalog.url, &[]).await;
+    let address = icecache.url.trim_start_matches("http://").to_owned();
+
+    let mut h1 = TcpStream::connect(&address).await.unwrap();
+    h1.write_all(get(&address, "t", "X-Request-Id: gone-over-h1\r\n").as_bytes())
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    drop(h1);
+
+    let (mut sender, _h2) = h2_connection(&address).await;
+    let request = h2_get(&address, "u", "gone-over-h2");
+    let answer = sender.send_request(request);
+    // Dropped unanswered: the client resets the stream.
+    assert!(tokio::time::timeout(Duration::from_millis(300), answer)
+        .await
+        .is_err());
+
+    tokio::time::sleep(Duration::from_millis(2000)).await;
+    let metrics = icecache.metrics().await;
+    let abandoned = r#"icecache_requests_total{cache="NONE",route="load_table",status="499"}"#;
+    assert_eq!(metric(&metrics, abandoned), 2.0, "{metrics}");
+    let logs = icecache.logs();
+    for id in ["gone-over-h1", "gone-over-h2"] {
+        let lines: Vec<&str> = logs.lines().filter(|l| l.contains(id)).collect();
+        assert_eq!(lines.len(), 1, "{id}: {lines:?}");
+        assert!(
+            lines[0].contains("abandoned") && lines[0].contains("499"),
+            "{}",
+            lines[0]
+        );
+    }
+    // The fill went on without its callers: the next load is a hit.
+    let hit = reqwest::Client::new()
+        .get(format!("{}/v1/namespaces/db/tables/t", icecache.url))
+        .bearer_auth("alice")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(hit.headers()["x-cache"], "HIT");
+}
+
+/// A client that stops reading a large answer: the bytes that wait for it do not move, and
+/// after the idle timeout its connection is cut (a graceful close would wait on it for ever).
+#[tokio::test]
+async fn a_client_that_stops_reading_is_cut_after_the_idle_timeout() {
+    let catalog = catalog(
+        Shape {
+            padding: 48 << 20,
+            ..Shape::default()
+        },
+        &["big"],
+    )
+    .await;
+    let flags = ["--idle-timeout", "1s", "--cache-max-entry-bytes", "128MiB"];
+    let icecache = Icecache::start(&catalog.url, &flags).await;
+    let address = icecache.url.trim_start_matches("http://").to_owned();
+    let mut stalled = TcpStream::connect(&address).await.unwrap();
+    stalled
+        .write_all(get(&address, "big", "").as_bytes())
+        .await
+        .unwrap();
+    let mut first = vec![0u8; 64 * 1024];
+    let n = stalled.read(&mut first).await.unwrap();
+    assert!(String::from_utf8_lossy(&first[..n]).starts_with("HTTP/1.1 200"));
+    // Reads nothing for three idle timeouts, then reads what is left: what the kernel's
+    // buffers held, and then the end of a cut connection, well short of 48 MB.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let mut rest = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(10), stalled.read_to_end(&mut rest)).await;
+    let got = match read {
+        Ok(Ok(_)) => rest.len(),
+        // A reset is a cut too.
+        Ok(Err(_)) => rest.len(),
+        Err(_) => panic!("the connection was still open 3 s after its client stopped reading"),
+    };
+    assert!(got + n < 48 << 20, "the whole answer arrived: {got} bytes");
+}

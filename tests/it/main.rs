@@ -1,0 +1,34 @@
+//! The core suite: icecache as one process in front of the real catalog (SeaweedFS, started by
+//! scripts/test.sh), stand-ins where no real catalog can show a behaviour, and its own
+//! command line and files. One module per promise; docs/promises.md maps each promise of the
+//! documentation to the tests that hold it.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod answers;
+mod bad_clients;
+mod cache;
+mod cache_keys;
+mod catalog_faults;
+mod command_line;
+mod config_route;
+mod connections;
+mod deploy;
+mod docs_match_code;
+mod events_nats;
+mod events_seaweedfs;
+mod fuzz_findings;
+mod load_credentials;
+mod passthrough;
+mod path_spellings;
+mod purge;
+mod randomized;
+mod reload;
+mod resources;
+mod secrets;
+mod strip_everywhere;
+mod tls;
+mod vended_credentials;
+mod views;
+mod writes_win;
