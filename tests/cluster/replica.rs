@@ -7,6 +7,7 @@ use serde_json::Value;
 
 use crate::support::cluster::{load, Redis, TABLE};
 use crate::support::standin::{version_of, Shape, StandIn};
+use crate::support::PATIENCE;
 
 pub async fn standin(shape: Shape) -> StandIn {
     let standin = StandIn::start(shape).await;
@@ -47,13 +48,14 @@ pub fn restricted_user(redis: &Redis, user: &str) -> String {
     redis.url_as(user, "tier-password")
 }
 
-/// The version `url` serves, polled until it reflects `committed` or `within` has passed (a
-/// replica under `bounded` catches up when the news arrives).
-pub async fn version_within(url: &str, committed: u64, within: Duration) -> u64 {
+/// The version `url` serves, polled until it reflects `committed` or `PATIENCE` has passed (a
+/// replica under `bounded` catches up when the news arrives, or when it notices the silence;
+/// without either it would serve the old version for its whole `fresh_for`).
+pub async fn version_eventually(url: &str, committed: u64) -> u64 {
     let started = std::time::Instant::now();
     loop {
         let seen = version_at(url).await;
-        if seen >= committed || started.elapsed() >= within {
+        if seen >= committed || started.elapsed() >= PATIENCE {
             return seen;
         }
         tokio::time::sleep(Duration::from_millis(10)).await;

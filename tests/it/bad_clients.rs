@@ -41,10 +41,10 @@ async fn a_slowloris_client_is_dropped_after_the_header_read_timeout() {
         .write_all(b"GET /v1/config HTTP/1.1\r\nHost: x\r\n")
         .await
         .unwrap();
-    let started = Instant::now();
+    // One byte of a header every 100 ms, for up to a minute: never a whole head. Only the
+    // header read timeout can end it (the connection is never idle).
     let mut closed = false;
-    for i in 0..40 {
-        // One byte of a header every 100 ms: never a whole head.
+    for i in 0..600 {
         if stream.write_all(&[b'a' + (i % 26) as u8]).await.is_err() {
             closed = true;
             break;
@@ -60,7 +60,6 @@ async fn a_slowloris_client_is_dropped_after_the_header_read_timeout() {
         }
     }
     assert!(closed, "the dribbling client was never dropped");
-    assert!(started.elapsed() < Duration::from_secs(3));
     assert!(healthy(&icecache).await);
 }
 
@@ -118,7 +117,7 @@ async fn pipelined_requests_are_answered_in_order() {
         .write_all(format!("{one}{one}{last}").as_bytes())
         .await
         .unwrap();
-    let (received, closed) = read_until_closed(&mut stream, Duration::from_secs(5)).await;
+    let (received, closed) = read_until_closed(&mut stream, crate::support::PATIENCE).await;
     assert!(closed.is_some());
     let text = String::from_utf8_lossy(&received);
     let statuses: Vec<&str> = text
@@ -179,7 +178,7 @@ async fn idle_connections_are_bounded_by_the_limit_and_dropped_by_the_head_timeo
     tokio::time::sleep(Duration::from_millis(5500)).await;
     let response = reqwest::Client::new()
         .get(format!("{}/v1/config", icecache.url))
-        .timeout(Duration::from_secs(5))
+        .timeout(crate::support::PATIENCE)
         .send()
         .await
         .unwrap();
@@ -201,7 +200,7 @@ async fn idle_connections_are_bounded_by_the_limit_and_dropped_by_the_head_timeo
 async fn raw_exchange(icecache: &Icecache, request: &str) -> (u16, String) {
     let mut stream = TcpStream::connect(address(icecache)).await.unwrap();
     stream.write_all(request.as_bytes()).await.unwrap();
-    let (received, _) = read_until_closed(&mut stream, Duration::from_secs(5)).await;
+    let (received, _) = read_until_closed(&mut stream, crate::support::PATIENCE).await;
     let text = String::from_utf8_lossy(&received).into_owned();
     let status = text
         .strip_prefix("HTTP/1.")

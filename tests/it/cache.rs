@@ -4,7 +4,9 @@
 use std::time::Duration;
 
 use crate::support::relay::Relay;
-use crate::support::{catalog, get_json, metric, pyiceberg_async, x_cache, Api, Icecache};
+use crate::support::{
+    catalog, eventually, get_json, metric, pyiceberg_async, x_cache, Api, Icecache,
+};
 use reqwest::header::{ETAG, IF_NONE_MATCH};
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -254,10 +256,10 @@ async fn a_client_that_disconnects_does_not_cancel_the_fill() {
         impatient.is_err(),
         "the client gave up before the catalog answered"
     );
-    tokio::time::sleep(Duration::from_millis(900)).await;
     s.relay.set_delay(Duration::ZERO);
-    let after = s.load().await;
-    assert_eq!(x_cache(&after), "HIT");
+    // The fill went on: the next load joins it or, once it ended, is a hit.
+    let cache = x_cache(&s.load().await);
+    assert!(cache == "COALESCED" || cache == "HIT", "x-cache {cache}");
     assert_eq!(s.upstream_loads(), 1);
 }
 
@@ -367,9 +369,10 @@ async fn a_multi_table_transaction_invalidates_every_table_it_names() {
 
 #[tokio::test]
 async fn after_fresh_for_the_entry_is_revalidated_and_keeps_its_etag() {
-    let s = Setup::new(&["--fresh-for", "300ms"]).await;
+    // Fresh long enough that the hit after the revalidation falls in it on any machine.
+    let s = Setup::new(&["--fresh-for", "2s"]).await;
     let tag = etag(&s.load().await);
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    tokio::time::sleep(Duration::from_millis(2100)).await;
     let revalidated = s.load_if_none_match(&tag).await;
     assert_eq!(
         revalidated.status(),
@@ -400,14 +403,14 @@ async fn an_out_of_band_change_is_picked_up_at_revalidation() {
 
 #[tokio::test]
 async fn a_stopped_upstream_is_served_stale_within_stale_if_error_then_502() {
-    let s = Setup::new(&["--fresh-for", "100ms", "--stale-if-error", "1s"]).await;
+    let s = Setup::new(&["--fresh-for", "100ms", "--stale-if-error", "4s"]).await;
     s.load().await;
     s.relay.stop();
     tokio::time::sleep(Duration::from_millis(200)).await;
     let stale = s.load().await;
     assert_eq!(stale.status(), 200);
     assert_eq!(x_cache(&stale), "STALE");
-    tokio::time::sleep(Duration::from_millis(1100)).await;
+    tokio::time::sleep(Duration::from_millis(4100)).await;
     let failed = s.load().await;
     assert_eq!(failed.status(), 502);
     let body: Value = failed.json().await.unwrap();
@@ -422,9 +425,11 @@ async fn stale_while_revalidate_answers_at_once_and_refreshes_in_the_background(
     s.relay.set_delay(Duration::from_millis(500));
     let stale = s.load().await;
     assert_eq!(x_cache(&stale), "STALE");
-    tokio::time::sleep(Duration::from_millis(800)).await;
+    eventually("the background revalidation stored", || async {
+        x_cache(&s.load().await) == "HIT"
+    })
+    .await;
     assert_eq!(s.upstream_loads(), 2, "one background revalidation");
-    assert_eq!(x_cache(&s.load().await), "HIT");
 }
 
 #[tokio::test]

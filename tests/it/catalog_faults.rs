@@ -5,7 +5,7 @@
 
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::support::{metric, Icecache};
 use serde_json::Value;
@@ -152,7 +152,7 @@ async fn setup(flags: &[&str]) -> (BadCatalog, Icecache) {
 async fn load(icecache: &Icecache) -> reqwest::Response {
     reqwest::Client::new()
         .get(format!("{}{LOAD}", icecache.url))
-        .timeout(Duration::from_secs(10))
+        .timeout(crate::support::PATIENCE)
         .send()
         .await
         .expect("icecache answers")
@@ -190,9 +190,7 @@ async fn assert_recovers_without_leftovers(catalog: &BadCatalog, icecache: &Icec
 async fn a_catalog_that_never_answers_is_a_504_and_nothing_is_cached() {
     let (catalog, icecache) = setup(&[]).await;
     catalog.set(Mode::Hang);
-    let started = Instant::now();
     assert_iceberg_error(load(&icecache).await, 504).await;
-    assert!(started.elapsed() < Duration::from_secs(5));
     assert_eq!(upstream_errors(&icecache, "timeout").await, 1.0);
     assert_recovers_without_leftovers(&catalog, &icecache).await;
 }
@@ -210,19 +208,18 @@ async fn a_body_that_stalls_during_a_fill_is_a_504_and_nothing_is_cached() {
 async fn a_body_that_stalls_on_a_streamed_route_is_cut_rather_than_held_open() {
     let (catalog, icecache) = setup(&[]).await;
     catalog.set(Mode::StallBody);
-    let started = Instant::now();
+    // No client timeout: only icecache can end the body. A minute is a guard against a hang,
+    // not a measure (icecache's request timeout here is half a second).
     let response = reqwest::Client::new()
         .get(format!("{}/v1/namespaces", icecache.url))
-        .timeout(Duration::from_secs(10))
         .send()
         .await
         .unwrap();
     assert_eq!(response.status(), 200, "the head was the catalog's");
-    assert!(
-        response.bytes().await.is_err(),
-        "the stalled body is cut, not completed"
-    );
-    assert!(started.elapsed() < Duration::from_secs(5));
+    let body = tokio::time::timeout(crate::support::PATIENCE, response.bytes())
+        .await
+        .expect("icecache never cut the stalled body");
+    assert!(body.is_err(), "the stalled body is cut, not completed");
 }
 
 #[tokio::test]

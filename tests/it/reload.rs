@@ -1,52 +1,8 @@
 //! SIGHUP re-reads the config file: live settings apply to the next request, restart-only ones
 //! keep their running values, and an invalid file leaves the running configuration in place.
 
-use std::time::Duration;
-
 use crate::support::relay::Relay;
-use crate::support::{catalog, metric, unique, x_cache, Api, Icecache};
-
-struct ConfigFile(std::path::PathBuf);
-
-impl ConfigFile {
-    fn new(text: &str) -> ConfigFile {
-        let path = std::env::temp_dir().join(format!("{}.toml", unique("icecache-reload")));
-        std::fs::write(&path, text).unwrap();
-        ConfigFile(path)
-    }
-
-    fn rewrite(&self, text: &str) {
-        std::fs::write(&self.0, text).unwrap();
-    }
-
-    fn path(&self) -> &str {
-        self.0.to_str().unwrap()
-    }
-}
-
-impl Drop for ConfigFile {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
-}
-
-/// Sends SIGHUP and waits until icecache counts a reload with `result`.
-async fn hangup(icecache: &Icecache, result: &str) {
-    let series = format!("icecache_config_reloads_total{{result=\"{result}\"}}");
-    let before = metric(&icecache.metrics().await, &series);
-    let status = std::process::Command::new("kill")
-        .args(["-HUP", &icecache.pid().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
-    for _ in 0..100 {
-        if metric(&icecache.metrics().await, &series) > before {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    panic!("no {result} reload was counted after SIGHUP");
-}
+use crate::support::{catalog, hangup, x_cache, Api, ConfigFile, Icecache};
 
 async fn setup(config: &ConfigFile) -> (Relay, Icecache, Api, String) {
     let relay = Relay::start(&catalog()).await;

@@ -454,14 +454,9 @@ fn redis_text(redis: &Redis) -> String {
 
 /// Waits (a bounded while: sharing happens after the answer) until Redis holds `text`.
 async fn until_redis_holds(redis: &Redis, text: &str) -> String {
-    for _ in 0..400 {
-        let stored = redis_text(redis);
-        if stored.contains(text) {
-            return stored;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    panic!("Redis never held {text:?}");
+    let what = format!("Redis holding {text:?}");
+    crate::support::eventually(&what, || async { redis_text(redis).contains(text) }).await;
+    redis_text(redis)
 }
 
 #[tokio::test]

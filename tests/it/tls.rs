@@ -3,7 +3,6 @@
 //! second icecache with TLS in front of SeaweedFS), with its CA and a client certificate.
 
 use std::path::PathBuf;
-use std::time::Duration;
 
 use crate::support::relay::Relay;
 use crate::support::{catalog, unique, Icecache};
@@ -204,20 +203,11 @@ async fn a_certificate_rotated_on_disk_is_served_without_a_restart() {
     let (second, key) = ca.issue("icecache rotated", true);
     files.write("server.key", &key);
     files.write("server.pem", &second);
-    let mut served = Vec::new();
-    for _ in 0..50 {
-        tokio::time::sleep(Duration::from_millis(100)).await;
+    crate::support::eventually("the rotated certificate served", || async {
         let response = client(&ca, None).get(&url).send().await.unwrap();
-        served = peer_certificate(&response);
-        if served == der(&second) {
-            break;
-        }
-    }
-    assert_eq!(
-        served,
-        der(&second),
-        "the rotated certificate was never served"
-    );
+        peer_certificate(&response) == der(&second)
+    })
+    .await;
 }
 
 /// icecache (plain) → icecache (HTTPS, mTLS) → SeaweedFS.
@@ -334,16 +324,8 @@ async fn a_client_certificate_for_the_upstream_rotated_on_disk_is_picked_up() {
     let (trusted, trusted_key) = ca.issue("icecache-client", false);
     files.write("client.key", &trusted_key);
     files.write("client.pem", &trusted);
-    let mut status = 0;
-    for _ in 0..50 {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        status = reqwest::get(&config).await.unwrap().status().as_u16();
-        if status == 200 {
-            break;
-        }
-    }
-    assert_eq!(
-        status, 200,
-        "the rotated client certificate was never presented"
-    );
+    crate::support::eventually("the rotated client certificate presented", || async {
+        reqwest::get(&config).await.unwrap().status() == 200
+    })
+    .await;
 }

@@ -66,7 +66,8 @@ async fn load(icecache: &Icecache, if_none_match: Option<&str>) -> reqwest::Resp
 
 #[tokio::test]
 async fn credentials_are_never_served_past_expiry_minus_margin() {
-    let catalog = vending_catalog(Duration::from_secs(2)).await;
+    // Lifetimes long enough that the first two loads fall in the window on any machine.
+    let catalog = vending_catalog(Duration::from_secs(8)).await;
     let icecache = Icecache::start(
         &catalog.url,
         &["--fresh-for", "1h", "--stale-if-error", "1h"],
@@ -77,11 +78,11 @@ async fn credentials_are_never_served_past_expiry_minus_margin() {
     assert_eq!(
         second.headers()["x-cache"],
         "HIT",
-        "servable for about 1 s of the 2 s lifetime"
+        "servable for about 4 s of the 8 s lifetime"
     );
     assert_eq!(catalog.requests(), 1);
-    // Past expiry minus the margin (half of the 2 s lifetime): a new load from the catalog.
-    tokio::time::sleep(Duration::from_millis(1100)).await;
+    // Past expiry minus the margin (half of the 8 s lifetime): a new load from the catalog.
+    tokio::time::sleep(Duration::from_millis(4100)).await;
     let third = load(&icecache, None).await;
     assert_eq!(third.headers()["x-cache"], "MISS");
     assert_eq!(catalog.requests(), 2);
@@ -94,12 +95,12 @@ async fn credentials_are_never_served_past_expiry_minus_margin() {
 
 #[tokio::test]
 async fn a_304_is_refused_once_the_credentials_it_would_confirm_are_outside_their_window() {
-    let catalog = vending_catalog(Duration::from_secs(2)).await;
+    let catalog = vending_catalog(Duration::from_secs(8)).await;
     let icecache = Icecache::start(&catalog.url, &["--fresh-for", "1h"]).await;
     let first = load(&icecache, None).await;
     let tag = first.headers()[ETAG].to_str().unwrap().to_owned();
     assert_eq!(load(&icecache, Some(&tag)).await.status(), 304);
-    tokio::time::sleep(Duration::from_millis(1100)).await;
+    tokio::time::sleep(Duration::from_millis(4100)).await;
     let later = load(&icecache, Some(&tag)).await;
     assert_eq!(
         later.status(),
@@ -308,14 +309,14 @@ async fn revalidate_returns_the_catalogs_refusal_even_when_the_body_is_cached() 
 #[tokio::test]
 async fn revalidate_confirmations_expire_after_authz_ttl() {
     let catalog = vending_catalog(Duration::from_secs(3600)).await;
-    let icecache = revalidating(&catalog, &["--authz-ttl", "300ms"]).await;
+    let icecache = revalidating(&catalog, &["--authz-ttl", "2s"]).await;
     load_as(&icecache, Some("caller-a")).await;
     assert_eq!(
         load_as(&icecache, Some("caller-a")).await.headers()["x-cache"],
         "HIT"
     );
     assert_eq!(catalog.requests(), 1);
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    tokio::time::sleep(Duration::from_millis(2100)).await;
     let later = load_as(&icecache, Some("caller-a")).await;
     assert_eq!(later.headers()["x-cache"], "REVALIDATED");
     assert_eq!(catalog.requests(), 2);

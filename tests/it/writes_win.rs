@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use crate::support::relay::Relay;
-use crate::support::{catalog, metric, x_cache, Api, Icecache, PREFIX};
+use crate::support::{catalog, eventually, metric, x_cache, Api, Icecache, PREFIX};
 use serde_json::{json, Value};
 
 struct Setup {
@@ -55,12 +55,16 @@ async fn a_load_after_a_commit_never_joins_a_fill_that_began_before_it() {
     let s = Setup::new().await;
     s.api.create_table(&s.namespace, "t").await;
     // The first load's answer leaves the catalog before the commit and stays on its way.
+    let answered = s.relay.statuses().len();
     let release = s.relay.hold_next_get();
     let early = {
         let request = s.api.get(&s.table("t"));
         tokio::spawn(async move { request.send().await.unwrap() })
     };
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    eventually("the catalog answered the early load", || async {
+        s.relay.statuses().len() > answered
+    })
+    .await;
     let committed = s
         .api
         .post(&s.table("t"), set_property("after", "commit"))
@@ -90,12 +94,16 @@ async fn a_load_after_a_commit_never_joins_a_fill_that_began_before_it() {
 async fn a_load_after_a_purge_never_joins_a_fill_that_began_before_it() {
     let s = Setup::new().await;
     s.api.create_table(&s.namespace, "t").await;
+    let answered = s.relay.statuses().len();
     let release = s.relay.hold_next_get();
     let early = {
         let request = s.api.get(&s.table("t"));
         tokio::spawn(async move { request.send().await.unwrap() })
     };
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    eventually("the catalog answered the early load", || async {
+        s.relay.statuses().len() > answered
+    })
+    .await;
     // A commit straight to the catalog, then a purge: the operator's way to say "changed".
     let direct = Api::new(&catalog()).await;
     direct
@@ -321,11 +329,12 @@ async fn a_commit_the_client_gives_up_on_still_invalidates() {
         .send()
         .await;
     assert!(gave_up.is_err(), "the client went away before the answer");
-    tokio::time::sleep(Duration::from_millis(1300)).await;
-    let after: Value = client.get(&url).send().await.unwrap().json().await.unwrap();
-    assert_eq!(
-        version_of(&after),
-        catalog.version("t"),
-        "the commit happened"
-    );
+    // Entries are kept an hour: only the abandoned write's own invalidation lets the next
+    // loads see the commit.
+    let committed = catalog.version("t");
+    eventually("the abandoned commit seen", || async {
+        let after: Value = client.get(&url).send().await.unwrap().json().await.unwrap();
+        version_of(&after) == committed
+    })
+    .await;
 }

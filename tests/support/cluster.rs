@@ -250,16 +250,12 @@ impl Tier {
     /// Waits until every replica says it is not degraded and hears the others.
     pub async fn wait_live(&self) {
         for replica in &self.replicas {
-            for attempt in 0.. {
+            super::eventually("a replica live on Redis", || async {
                 let metrics = replica.metrics().await;
-                if super::metric(&metrics, "icecache_cluster_degraded") == 0.0
+                super::metric(&metrics, "icecache_cluster_degraded") == 0.0
                     && super::metric(&metrics, "icecache_cluster_subscribed") == 1.0
-                {
-                    break;
-                }
-                assert!(attempt < 400, "a replica stayed degraded");
-                tokio::time::sleep(Duration::from_millis(25)).await;
-            }
+            })
+            .await;
         }
     }
 

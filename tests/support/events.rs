@@ -282,10 +282,7 @@ pub async fn until_served(
         if now == location {
             return since.elapsed();
         }
-        assert!(
-            since.elapsed() < Duration::from_secs(5),
-            "{what} not seen in 5 s"
-        );
+        assert!(since.elapsed() < super::PATIENCE, "{what} never seen");
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
 }

@@ -155,11 +155,11 @@ impl Icecache {
         icecache
     }
 
-    /// Waits up to 20 s (a debug build on a loaded machine) for the addresses icecache bound
-    /// and then for `/healthz` to answer 2xx.
+    /// Waits up to `PATIENCE` for the addresses icecache bound and then for `/healthz` to
+    /// answer 2xx.
     async fn until_healthy(&mut self) -> Result<(), String> {
         let client = reqwest::Client::new();
-        for _ in 0..800 {
+        for _ in 0..PATIENCE.as_millis() / 25 {
             if let Ok(Some(status)) = self.child.try_wait() {
                 return Err(format!("it exited: {status}"));
             }
@@ -177,7 +177,7 @@ impl Icecache {
             }
             tokio::time::sleep(Duration::from_millis(25)).await;
         }
-        Err("no healthy answer within 20 s".to_owned())
+        Err(format!("no healthy answer within {PATIENCE:?}"))
     }
 
     pub fn pid(&self) -> u32 {
@@ -204,13 +204,14 @@ impl Icecache {
         let _ = Command::new("kill")
             .args(["-TERM", &self.child.id().to_string()])
             .status();
-        for _ in 0..400 {
+        let start = std::time::Instant::now();
+        while start.elapsed() < PATIENCE {
             if let Ok(Some(status)) = self.child.try_wait() {
                 return status;
             }
             std::thread::sleep(Duration::from_millis(25));
         }
-        panic!("icecache did not exit within 10 s of SIGTERM");
+        panic!("icecache did not exit after SIGTERM");
     }
 
     /// Kills the process with SIGKILL (no cleanup, as a crash or an OOM kill would).
@@ -258,20 +259,18 @@ pub async fn hangup(icecache: &Icecache, result: &str) {
         .status()
         .expect("kill runs");
     assert!(status.success());
-    for _ in 0..200 {
-        if metric(&icecache.metrics().await, &series) > before {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    panic!("no {result} reload was counted after SIGHUP");
+    let what = format!("a {result} reload counted after SIGHUP");
+    eventually(&what, || async {
+        metric(&icecache.metrics().await, &series) > before
+    })
+    .await;
 }
 
-/// Waits (up to 10 s) until `ready` says a server just spawned serves: true once it does,
+/// Waits (up to `PATIENCE`) until `ready` says a server just spawned serves: true once it does,
 /// false at once if it exits or never serves (then it is killed). `child` is emptied unless it
 /// serves.
 pub async fn until_serving(child: &mut Option<Child>, ready: impl Fn() -> bool) -> bool {
-    for _ in 0..500 {
+    for _ in 0..PATIENCE.as_millis() / 20 {
         if ready() {
             return true;
         }
@@ -289,6 +288,31 @@ pub async fn until_serving(child: &mut Option<Child>, ready: impl Fn() -> bool) 
         let _ = stuck.wait();
     }
     false
+}
+
+/// How long a test waits for something that must happen before it gives up. A guard against a
+/// hang, never a measure of speed: what a test checks is that the thing happens (latency is the
+/// benchmarks' to measure), so it is long enough for a debug build on a machine under load.
+pub const PATIENCE: Duration = Duration::from_secs(60);
+
+/// Polls `done` every 20 ms until it holds; panics with `what` if it has not after `PATIENCE`.
+/// Returns how long it took (for a test to print, never to assert).
+pub async fn eventually<F, Fut>(what: &str, mut done: F) -> Duration
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let start = std::time::Instant::now();
+    loop {
+        if done().await {
+            return start.elapsed();
+        }
+        assert!(
+            start.elapsed() < PATIENCE,
+            "{what} did not happen within {PATIENCE:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 /// A config file in the temporary directory, removed when dropped.

@@ -102,7 +102,6 @@ impl Relay {
     }
 
     /// The status of every answer the catalog gave, in order.
-    #[allow(dead_code)] // the clients' tests (tests/clients) use it
     pub fn statuses(&self) -> Vec<u16> {
         self.state.statuses.lock().unwrap().clone()
     }

@@ -106,6 +106,8 @@ struct State {
     served: AtomicU64,
     seen: Mutex<Vec<Seen>>,
     record: AtomicBool,
+    /// While true, loadTable answers wait (after their delay) until it is false again.
+    held: tokio::sync::watch::Sender<bool>,
 }
 
 pub struct StandIn {
@@ -132,6 +134,7 @@ impl StandIn {
             served: AtomicU64::new(0),
             seen: Mutex::default(),
             record: AtomicBool::new(true),
+            held: tokio::sync::watch::Sender::new(false),
         });
         let accept_state = state.clone();
         let task = tokio::spawn(async move {
@@ -153,6 +156,16 @@ impl StandIn {
 
     pub fn reshape(&self, change: impl FnOnce(&mut Shape)) {
         change(&mut self.state.shape.lock().unwrap());
+    }
+
+    /// Holds every loadTable answer until `release_loads`: a fill in flight for as long as a
+    /// test needs, without guessing a delay.
+    pub fn hold_loads(&self) {
+        self.state.held.send_replace(true);
+    }
+
+    pub fn release_loads(&self) {
+        self.state.held.send_replace(false);
     }
 
     /// Creates (or resets) a table at version 1.
@@ -349,6 +362,7 @@ async fn answer(state: Arc<State>, request: Request<Incoming>) -> Result<Answer,
             // The state is read first, then the answer takes its time: a write can land and be
             // answered while this older answer is still on its way.
             tokio::time::sleep(shape.delay).await;
+            let _ = state.held.subscribe().wait_for(|held| !held).await;
             answer
         }
         (&Method::POST, Some([])) => {

@@ -37,10 +37,12 @@ public final class LoopbackCatalogServer {
     }
     properties.putIfAbsent(CatalogProperties.CATALOG_IMPL, JdbcCatalog.class.getName());
     properties.putIfAbsent("jdbc.schema-version", "V1");
-    if (!properties.containsKey(CatalogProperties.URI)) {
-      // A file, not `:memory:`: each pooled connection to `:memory:` would see its own database.
-      java.io.File db = java.io.File.createTempFile("icecache-reference-catalog", ".db");
-      db.deleteOnExit();
+    // A file, not `:memory:`: each pooled connection to `:memory:` would see its own database.
+    final java.io.File db =
+        properties.containsKey(CatalogProperties.URI)
+            ? null
+            : java.io.File.createTempFile("icecache-reference-catalog", ".db");
+    if (db != null) {
       properties.put(CatalogProperties.URI, "jdbc:sqlite:" + db.getAbsolutePath());
     }
     Catalog catalog = CatalogUtil.buildIcebergCatalog("reference", properties, null);
@@ -72,6 +74,10 @@ public final class LoopbackCatalogServer {
                 }
               } catch (java.io.IOException ignored) {
                 // The parent is gone either way.
+              }
+              // halt runs no shutdown hook (deleteOnExit neither): the database goes first.
+              if (db != null) {
+                db.delete();
               }
               Runtime.getRuntime().halt(0);
             })
