@@ -45,8 +45,7 @@ async fn holding_the_lease(
     let holder = tier.url(0).to_owned();
     let load = tokio::spawn(async move { reqwest::get(format!("{holder}{TABLE}")).await });
     // A asks the catalog only once it holds the lease.
-    crate::support::eventually("A holding the lease", || async { catalog.loads("t") >= 1 })
-        .await;
+    crate::support::eventually("A holding the lease", || async { catalog.loads("t") >= 1 }).await;
     (catalog, redis, tier, load)
 }
 

@@ -276,9 +276,10 @@ async fn redis_emptied_while_a_replica_is_cut_off_does_not_hide_its_writes() {
             load(tier.url(1), "alice").await;
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        eventually(&format!("B counting A as lapsed after {emptied}"), || async {
-            lapsed_on(&tier, 1).await >= 1.0
-        })
+        eventually(
+            &format!("B counting A as lapsed after {emptied}"),
+            || async { lapsed_on(&tier, 1).await >= 1.0 },
+        )
         .await;
         let committed = commit(tier.url(0)).await;
         for _ in 0..3 {

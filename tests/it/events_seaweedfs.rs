@@ -491,4 +491,3 @@ fn gunzip_json(bytes: &[u8]) -> serde_json::Value {
         .expect("a gzip body");
     serde_json::from_slice(&text).expect("JSON inside")
 }
-
