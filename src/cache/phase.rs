@@ -1,5 +1,6 @@
 //! How an answer was produced, why one was not cached, and what made entries leave: the
-//! `x-cache` header, the metrics labels and the log fields all come from these enums.
+//! `x-cache` and `Cache-Status` headers, the metrics labels and the log fields all come from
+//! these enums.
 
 use crate::catalog::route::Operation;
 use crate::telemetry::Label;
@@ -34,6 +35,20 @@ impl CachePhase {
             CachePhase::Stale => "STALE",
             CachePhase::Coalesced => "COALESCED",
             CachePhase::Bypass => "BYPASS",
+        }
+    }
+
+    /// The `Cache-Status` value (RFC 9211 §2), the product's name as the cache's. It says
+    /// nothing of `stored`: an entry a write overtook is handed to its waiters unkept.
+    pub fn cache_status(self) -> &'static str {
+        match self {
+            CachePhase::Hit => "icecache; hit",
+            CachePhase::Shared => "icecache; hit; detail=shared",
+            CachePhase::Stale => "icecache; hit; detail=stale",
+            CachePhase::Miss => "icecache; fwd=uri-miss",
+            CachePhase::Revalidated => "icecache; fwd=stale",
+            CachePhase::Coalesced => "icecache; fwd=uri-miss; collapsed",
+            CachePhase::Bypass => "icecache; fwd=bypass",
         }
     }
 }
@@ -108,6 +123,34 @@ impl Label for Cause {
             Cause::Purge => "purge",
             Cause::Event => "event",
             Cause::Tier => "cluster",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::CachePhase::{self, *};
+
+    const ALL: [CachePhase; 7] = [Hit, Miss, Shared, Revalidated, Stale, Coalesced, Bypass];
+
+    #[test]
+    fn cache_status_says_hit_exactly_when_the_catalog_was_not_asked() {
+        for phase in ALL {
+            let value = phase.cache_status();
+            let asked = matches!(phase, Miss | Revalidated | Coalesced | Bypass);
+            assert!(value.starts_with("icecache; "), "{value}");
+            assert_eq!(value.contains("; hit"), !asked, "{value}");
+            assert_eq!(value.contains("; fwd="), asked, "{value}");
+        }
+    }
+
+    #[test]
+    fn only_a_joined_fill_is_collapsed() {
+        for phase in ALL {
+            assert_eq!(
+                phase.cache_status().contains("collapsed"),
+                phase == Coalesced
+            );
         }
     }
 }

@@ -1,7 +1,7 @@
 //! Writing a loadTable answer from what the cache has: an entry (304 when the client's
 //! `If-None-Match` names it, else the body, gzip when the client takes it, injected values
 //! spliced in as it is sent) or an answer that was not cached. Every answer carries `x-cache`
-//! and only icecache's own ETag, spelled `ETag` on HTTP/1.1.
+//! and `Cache-Status`, and only icecache's own ETag, spelled `ETag` on HTTP/1.1.
 
 use std::sync::Arc;
 
@@ -32,6 +32,17 @@ pub struct Caller {
 }
 
 pub static X_CACHE: HeaderName = HeaderName::from_static("x-cache");
+/// RFC 9211's standard form of what `x-cache` says.
+pub static CACHE_STATUS: HeaderName = HeaderName::from_static("cache-status");
+
+/// Marks an answer with how it was produced, in both spellings.
+fn mark_phase(headers: &mut HeaderMap, phase: CachePhase) {
+    headers.insert(X_CACHE.clone(), HeaderValue::from_static(phase.as_str()));
+    headers.insert(
+        CACHE_STATUS.clone(),
+        HeaderValue::from_static(phase.cache_status()),
+    );
+}
 
 /// Headers a 304 repeats from the 200 it stands for (RFC 9110 §15.4.5).
 static KEPT_ON_304: [HeaderName; 3] = [
@@ -95,7 +106,7 @@ pub fn from_entry(
         r
     };
     let headers = response.headers_mut();
-    headers.insert(X_CACHE.clone(), HeaderValue::from_static(phase.as_str()));
+    mark_phase(headers, phase);
     headers.insert(header::AGE, seconds_value(entry.age(now).as_secs()));
     *response.extensions_mut() = case.clone();
     response
@@ -138,7 +149,7 @@ pub fn from_answer(
     if let Some(etag) = &answer.etag {
         headers.insert(header::ETAG, etag.clone());
     }
-    headers.insert(X_CACHE.clone(), HeaderValue::from_static(phase.as_str()));
+    mark_phase(headers, phase);
     *response.extensions_mut() = case.clone();
     response
 }
@@ -147,7 +158,7 @@ pub fn from_answer(
 pub fn mark(mut response: Response<Body>, phase: CachePhase, case: &Extensions) -> Response<Body> {
     let headers: &mut HeaderMap = response.headers_mut();
     headers.remove(header::ETAG);
-    headers.insert(X_CACHE.clone(), HeaderValue::from_static(phase.as_str()));
+    mark_phase(headers, phase);
     response.extensions_mut().extend(case.clone());
     response
 }

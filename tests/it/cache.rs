@@ -617,3 +617,33 @@ async fn a_gzip_copy_is_made_once_per_entry_and_served_to_clients_that_accept_it
     let metrics = s.icecache.metrics().await;
     assert_eq!(metric(&metrics, "icecache_cache_compressions_total"), 1.0);
 }
+
+/// `Cache-Status` (RFC 9211) says what `x-cache` says, under icecache's name, on cached
+/// answers, local 304s and answers that bypassed the cache alike.
+#[tokio::test]
+async fn every_answer_says_how_it_was_produced_in_cache_status_too() {
+    let s = Setup::new(&["--fresh-for", "1h"]).await;
+    let cache_status = |r: &reqwest::Response| {
+        let values: Vec<_> = r.headers().get_all("cache-status").iter().collect();
+        assert_eq!(values.len(), 1, "one Cache-Status: {values:?}");
+        values[0].to_str().unwrap().to_owned()
+    };
+    let miss = s.load().await;
+    assert_eq!(x_cache(&miss), "MISS");
+    assert_eq!(cache_status(&miss), "icecache; fwd=uri-miss");
+    let hit = s.load().await;
+    assert_eq!(x_cache(&hit), "HIT");
+    assert_eq!(cache_status(&hit), "icecache; hit");
+    let not_modified = s.load_if_none_match(&etag(&hit)).await;
+    assert_eq!(not_modified.status(), 304);
+    assert_eq!(cache_status(&not_modified), "icecache; hit");
+    let bypass = s
+        .api
+        .get(&format!("{}?x=1", s.path()))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(x_cache(&bypass), "BYPASS");
+    assert_eq!(cache_status(&bypass), "icecache; fwd=bypass");
+    assert_eq!(s.upstream_loads(), 2);
+}
