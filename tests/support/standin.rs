@@ -31,6 +31,12 @@ pub struct Shape {
     pub null_storage_credentials: bool,
     /// Send an ETag (the version) and answer a matching `If-None-Match` with 304.
     pub etag: bool,
+    /// With `etag`: the tag is weak (`W/"v<version>.<made ms>"`, as Polaris and Lakekeeper
+    /// send) and `If-None-Match` is compared weakly (RFC 9110 §8.8.3.2).
+    pub weak_etag: bool,
+    /// With `etag`: a 304 only while the tag is younger than this, a 200 with fresh
+    /// credentials after (Lakekeeper declines once vended credentials are half spent).
+    pub no_304_after: Option<Duration>,
     pub vary: Option<&'static str>,
     /// Answer every loadTable with this status (and an Iceberg error body).
     pub status: Option<u16>,
@@ -74,6 +80,8 @@ impl Default for Shape {
             content_type: "application/json",
             null_storage_credentials: false,
             etag: false,
+            weak_etag: false,
+            no_304_after: None,
             vary: None,
             status: None,
             padding: 0,
@@ -622,11 +630,20 @@ fn load(
     let Some(version) = state.versions.lock().unwrap().get(table).copied() else {
         return error(404, "NoSuchTableException");
     };
-    let tag = format!("\"v{version}\"");
+    let now_ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis();
+    let tag = if shape.weak_etag {
+        format!("W/\"v{version}.{now_ms}\"")
+    } else {
+        format!("\"v{version}\"")
+    };
     if shape.etag
         && headers
             .get("if-none-match")
-            .is_some_and(|v| v.as_bytes() == tag.as_bytes())
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|sent| still_names(shape, sent, version, now_ms))
     {
         let mut response = Response::new(Full::new(Bytes::new()));
         *response.status_mut() = StatusCode::NOT_MODIFIED;
@@ -657,6 +674,26 @@ fn load(
         h.insert("vary", http::HeaderValue::from_static(vary));
     }
     response
+}
+
+/// Whether an `If-None-Match` the stand-in receives names `version` (weakly when its tags are
+/// weak), within `no_304_after` of when the tag was made.
+fn still_names(shape: &Shape, sent: &str, version: u64, now_ms: u128) -> bool {
+    if !shape.weak_etag {
+        return sent == format!("\"v{version}\"");
+    }
+    sent.split(',').any(|tag| {
+        let opaque = tag.trim().trim_start_matches("W/").trim_matches('"');
+        let Some((v, made)) = opaque.strip_prefix('v').and_then(|o| o.split_once('.')) else {
+            return false;
+        };
+        let young = made.parse::<u128>().is_ok_and(|made| {
+            shape
+                .no_304_after
+                .is_none_or(|limit| now_ms.saturating_sub(made) < limit.as_millis())
+        });
+        v == version.to_string() && young
+    })
 }
 
 /// The version a LoadTableResult (or CommitTableResponse) body says its table is at.
