@@ -84,7 +84,20 @@ impl ProxyError {
             StatusCode::SERVICE_UNAVAILABLE => "ServiceUnavailableException",
             StatusCode::PAYLOAD_TOO_LARGE => "RequestTooLargeException",
             StatusCode::REQUEST_TIMEOUT => "RequestTimeoutException",
+            StatusCode::TOO_MANY_REQUESTS => "TooManyRequestsException",
             _ => "BadRequestException",
+        }
+    }
+
+    /// The `Retry-After` the client gets, when the catalog asked for patience.
+    fn retry_after(&self) -> Option<&HeaderValue> {
+        match self {
+            ProxyError::Origin(e) => e.retry_after(),
+            ProxyError::Cache(Failure {
+                error: CacheError::Origin(e),
+                ..
+            }) => e.retry_after(),
+            _ => None,
         }
     }
 
@@ -139,6 +152,11 @@ pub fn respond(error: &ProxyError, context: &Context<'_>) -> Response<Body> {
         log!(tracing::Level::WARN, "request failed");
     }
     let mut response = iceberg_error(error.status(), error.error_type(), &error.to_string());
+    if let Some(wait) = error.retry_after() {
+        response
+            .headers_mut()
+            .insert(header::RETRY_AFTER, wait.clone());
+    }
     if context.method == Method::HEAD {
         *response.body_mut() = empty();
     }

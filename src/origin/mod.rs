@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::header::HeaderMap;
+use http::header::{HeaderMap, HeaderValue};
 use http::uri::PathAndQuery;
 use http::{Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
@@ -29,6 +29,7 @@ use crate::wire::headers::remove_hop_by_hop;
 
 mod outgoing;
 mod request;
+mod throttle;
 pub use outgoing::{Outgoing, Sent};
 use request::{join, CONDITIONALS};
 pub use request::{
@@ -55,13 +56,28 @@ pub enum OriginError {
     TooLarge { limit: usize },
     #[error("the catalog answered 304 to a request that was not conditional")]
     UnexpectedNotModified,
+    /// A 429, or a refusal that names throttling (AWS Glue's 400): the client is told to wait.
+    #[error("the catalog is throttling requests (it answered {status})")]
+    Throttled {
+        status: StatusCode,
+        retry_after: HeaderValue,
+    },
 }
 
 impl OriginError {
     pub fn status(&self) -> StatusCode {
         match self {
             OriginError::Timeout(_) | OriginError::Stalled(_) => StatusCode::GATEWAY_TIMEOUT,
+            OriginError::Throttled { .. } => StatusCode::TOO_MANY_REQUESTS,
             _ => StatusCode::BAD_GATEWAY,
+        }
+    }
+
+    /// How long the client should wait before trying again, when the catalog said.
+    pub fn retry_after(&self) -> Option<&HeaderValue> {
+        match self {
+            OriginError::Throttled { retry_after, .. } => Some(retry_after),
+            _ => None,
         }
     }
 
@@ -70,6 +86,7 @@ impl OriginError {
         match self {
             OriginError::Connect(_) => Failure::Connect,
             OriginError::Timeout(_) | OriginError::Stalled(_) => Failure::Timeout,
+            OriginError::Throttled { .. } => Failure::Throttled,
             _ => Failure::Protocol,
         }
     }
@@ -185,12 +202,24 @@ impl Origin {
             }
             Ok(Ok(response)) => Ok(response),
         };
-        match &result {
+        let result = match result {
             Ok(response) => {
                 self.answered.store(true, Ordering::Relaxed);
                 self.metrics.response(response.status());
+                if throttle::is_throttling(response.status(), response.headers()) {
+                    // Its body (Glue's own words) is dropped: the client gets an Iceberg error.
+                    Err(OriginError::Throttled {
+                        status: response.status(),
+                        retry_after: throttle::retry_after(response.headers()),
+                    })
+                } else {
+                    Ok(response)
+                }
             }
-            Err(e) => self.metrics.failure(e.failure()),
+            Err(e) => Err(e),
+        };
+        if let Err(e) = &result {
+            self.metrics.failure(e.failure());
         }
         result
     }

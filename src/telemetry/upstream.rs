@@ -17,6 +17,8 @@ pub enum Failure {
     Connect,
     Timeout,
     Protocol,
+    /// The catalog answered, but to say it is throttling (429, Glue's throttling 400).
+    Throttled,
 }
 
 impl Label for Failure {
@@ -25,6 +27,7 @@ impl Label for Failure {
             Failure::Connect => "connect",
             Failure::Timeout => "timeout",
             Failure::Protocol => "protocol",
+            Failure::Throttled => "throttled",
         }
     }
 }
@@ -48,13 +51,18 @@ impl UpstreamMetrics {
                 r,
                 "icecache_upstream_errors_total",
                 "Upstream requests that got no usable response, by kind (connect, timeout, \
-                 protocol).",
+                 protocol, throttled).",
                 &["kind"],
             ),
         };
         known(
             &metrics.errors,
-            &[Failure::Connect, Failure::Timeout, Failure::Protocol],
+            &[
+                Failure::Connect,
+                Failure::Timeout,
+                Failure::Protocol,
+                Failure::Throttled,
+            ],
         );
         metrics
     }

@@ -1,6 +1,6 @@
 //! Faults no real catalog can be made to show on demand: a catalog that hangs, stalls inside a
-//! body, cuts a body short, lies about its length, answers non-JSON or 503, or dies in the
-//! middle of a commit. A small raw-TCP fake plays each, then behaves again; every test checks
+//! body, cuts a body short, lies about its length, answers non-JSON, 503 or throttles (429, AWS
+//! Glue's 400), or dies in the middle of a commit. A small raw-TCP fake plays each, then behaves again; every test checks
 //! that the client gets a clear answer, nothing half-written is cached, and icecache recovers.
 
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
@@ -23,6 +23,10 @@ enum Mode {
     Unavailable,
     DieBeforeAnswer,
     Huge,
+    /// 429 with `Retry-After: 3` and a body in no Iceberg shape.
+    TooMany,
+    /// AWS Glue's throttle: a 400 whose `x-amzn-errortype` names it, in Glue's own words.
+    GlueThrottle,
 }
 
 struct BadCatalog {
@@ -127,6 +131,16 @@ async fn serve(mut socket: tokio::net::TcpStream, mode: Arc<AtomicU8>, requests:
             r#"{"error":{"message":"busy","type":"ServiceUnavailableException","code":503}}"#,
         ),
         m if m == Mode::DieBeforeAnswer as u8 => return,
+        m if m == Mode::TooMany as u8 => respond(
+            "429 Too Many Requests",
+            "retry-after: 3\r\n",
+            "slow down",
+        ),
+        m if m == Mode::GlueThrottle as u8 => respond(
+            "400 Bad Request",
+            "x-amzn-errortype: ThrottlingException:http://internal.amazon.com/coral/com.amazonaws.glue/\r\n",
+            r#"{"__type":"ThrottlingException","message":"Rate exceeded"}"#,
+        ),
         _ => {
             let big = format!(
                 r#"{{"metadata":{{"format-version":2,"table-uuid":"u","pad":"{}"}},"config":{{}}}}"#,
@@ -295,4 +309,42 @@ async fn a_catalog_that_dies_mid_commit_gets_a_502_and_the_table_is_invalidated(
         "MISS",
         "a commit whose outcome is unknown must not leave the old table cached"
     );
+}
+
+/// A throttling catalog, whichever way it says so, gives the client a 429 with `Retry-After` and
+/// an Iceberg error (never Glue's own words), on loads, existence checks and writes alike.
+#[tokio::test]
+async fn a_throttling_catalog_is_a_429_with_retry_after_for_every_request() {
+    let (catalog, icecache) = setup(&[]).await;
+    let client = reqwest::Client::new();
+    let url = format!("{}{LOAD}", icecache.url);
+    for (mode, wait) in [(Mode::TooMany, "3"), (Mode::GlueThrottle, "1")] {
+        catalog.set(mode);
+        for request in [client.get(&url), client.post(&url).body("{}")] {
+            let answer = request.send().await.unwrap();
+            assert_eq!(answer.headers()["retry-after"], wait);
+            let body: Value = answer.json().await.unwrap();
+            assert_eq!(body["error"]["code"], 429, "{body}");
+            assert_eq!(body["error"]["type"], "TooManyRequestsException");
+            assert!(!body.to_string().contains("Rate exceeded"), "{body}");
+        }
+        let exists = client.head(&url).send().await.unwrap();
+        assert_eq!(exists.status(), 429);
+        assert_eq!(exists.headers()["retry-after"], wait);
+    }
+    assert_eq!(upstream_errors(&icecache, "throttled").await, 6.0);
+    assert_recovers_without_leftovers(&catalog, &icecache).await;
+}
+
+#[tokio::test]
+async fn a_throttled_load_is_served_stale_within_stale_if_error() {
+    let (catalog, icecache) = setup(&["--fresh-for", "100ms", "--stale-if-error", "1h"]).await;
+    assert_eq!(load(&icecache).await.status(), 200);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    for mode in [Mode::TooMany, Mode::GlueThrottle] {
+        catalog.set(mode);
+        let stale = load(&icecache).await;
+        assert_eq!(stale.status(), 200);
+        assert_eq!(stale.headers()["x-cache"], "STALE");
+    }
 }
