@@ -85,6 +85,7 @@ pub async fn run(
         &settings.upstream_tls,
         settings.connect_timeout,
         settings.request_timeout,
+        settings.upstream_limits,
         metrics.upstream.clone(),
     )?;
     let origin = Arc::new(origin);

@@ -175,6 +175,12 @@ keys! {
         "TCP connect to the catalog";
     "request_timeout", Some("request-timeout"), duration(MS, DAY), Value("30s"), Restart, false,
         "the catalog's response head must come within it (else 504); it is also the longest silence allowed inside a body, either way (a stalled body is cut)";
+    "upstream_max_in_flight", Some("upstream-max-in-flight"), Kind::Count { min: 0, max: 1_000_000 }, Value("512"), Restart, false,
+        "requests icecache has at the catalog at once, over every route and worker (a streamed answer counts until its head, a read one until its end); `0`: no bound";
+    "upstream_queue", Some("upstream-queue"), Kind::Count { min: 0, max: 1_000_000 }, Value("1024"), Restart, false,
+        "requests that wait for a place at the catalog when `upstream_max_in_flight` is reached; one more is refused at once without reaching the catalog: a load is then served stale within `stale_if_error`, anything else gets `503` with `Retry-After: 1`";
+    "upstream_queue_timeout", Some("upstream-queue-timeout"), duration(MS, DAY), Value("5s"), Restart, false,
+        "the longest a request waits in that queue before it is refused the same way";
     "header_read_timeout", Some("header-read-timeout"), duration(MS, DAY), Value("10s"), Restart, false,
         "a client's whole request head (and a TLS handshake; on HTTP/2, the connection preface); slower clients are dropped";
     "idle_timeout", Some("idle-timeout"), duration(MS, DAY), Value("75s"), Restart, false,
@@ -201,8 +207,8 @@ keys! {
         "headers that identify a caller besides `Authorization`, `Cookie` and `X-API-Key`, which always do (comma-separated, e.g. `x-tenant`)";
     "authz_ttl", Some("authz-ttl"), duration(MS, DAY), Value("30s"), Applied, false,
         "under `revalidate`, how long a caller's confirmation for an entry's version holds";
-    "strip_keys", Some("strip-keys"), Kind::List, Computed("S3, GCS, ADLS (SAS, shared key, connection string), OSS and pyiceberg `client.*`, JDBC, Hugging Face, OAuth `credential`, `token`, `header.authorization` and RFC 8693 token keys"), Applied, false,
-        "member names `strip`/`inject` remove at any depth of any answer, compared without regard to case; a trailing `*` matches a prefix; a pattern matching `config`, `storage-credentials` or `prefix` is refused";
+    "strip_keys", Some("strip-keys"), Kind::List, Computed("S3 (SSE-C too), GCS, ADLS (SAS, shared key, connection string, in Java's and pyiceberg's spellings), OSS and pyiceberg `client.*`, the REST client's SigV4 `rest.*`, JDBC, Hugging Face, OAuth `credential`, `token`, `password`, `secret`, `header.authorization`, RFC 8693 token keys, and `*.token`, `*.password`, `*.secret`, `*.credential`, `*.secret-access-key`, `*.session-token`, `*.account-key`, `*.client-secret`"), Applied, false,
+        "member names `strip`/`inject` remove at any depth of any answer, compared without regard to case; a trailing `*` matches a prefix, a leading `*` a suffix; a pattern matching `config`, `storage-credentials` or `prefix` is refused";
     "inject", None, Kind::Table, Unset("none"), Applied, false,
         "properties `inject` merges into `config`: `\"key\" = { env = \"VAR\" }`, `{ file = \"/path\" }`, or for non-secrets `{ value = \"...\" }`";
     "prefixes", None, Kind::Table, Unset("none"), Applied, false,

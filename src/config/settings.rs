@@ -14,6 +14,7 @@ use super::raw::Raw;
 use crate::cluster::settings::ClusterSettings;
 use crate::events::settings::EventsSettings;
 use crate::listener::tls::{ListenerTls, UpstreamTls};
+use crate::origin::gate::Limits;
 use crate::origin::UpstreamUrl;
 use crate::policy::Policies;
 use crate::secret::Secret;
@@ -44,6 +45,8 @@ pub struct Settings {
     pub log_level: String,
     pub connect_timeout: Duration,
     pub request_timeout: Duration,
+    /// The catalog's protection: requests at it at once, and the queue for a place.
+    pub upstream_limits: Limits,
     pub header_read_timeout: Duration,
     pub idle_timeout: Duration,
     pub max_header_bytes: usize,

@@ -13,6 +13,7 @@ use super::raw::Raw;
 use super::settings::{CacheSettings, Settings};
 use super::values::Values;
 use crate::listener::tls::{self, ListenerTls, UpstreamTls};
+use crate::origin::gate::Limits;
 use crate::origin::UpstreamUrl;
 use crate::policy::identity::identity_headers;
 use crate::policy::{self, InjectSource, KeyPatterns, PolicySettings};
@@ -66,6 +67,11 @@ impl TryFrom<&Raw> for Settings {
         }
         let connect_timeout = p.duration("connect_timeout");
         let request_timeout = p.duration("request_timeout");
+        let upstream_limits = Limits {
+            max_in_flight: whole(p.count("upstream_max_in_flight")),
+            queue: whole(p.count("upstream_queue")),
+            queue_timeout: p.duration("upstream_queue_timeout"),
+        };
         let header_read_timeout = p.duration("header_read_timeout");
         let idle_timeout = p.duration("idle_timeout");
         let shutdown_grace = p.duration("shutdown_grace");
@@ -171,6 +177,7 @@ impl TryFrom<&Raw> for Settings {
                 log_level,
                 connect_timeout,
                 request_timeout,
+                upstream_limits,
                 header_read_timeout,
                 idle_timeout,
                 max_header_bytes: usize::try_from(max_header_bytes).unwrap_or(usize::MAX),
@@ -351,6 +358,11 @@ fn parse_public_url(text: &str) -> Result<String, String> {
         ));
     }
     Ok(text.trim_end_matches('/').to_owned())
+}
+
+/// A count as a `usize` (a count over the machine's word is as good as unbounded).
+fn whole(count: Option<u64>) -> usize {
+    count.map_or(0, |n| usize::try_from(n).unwrap_or(usize::MAX))
 }
 
 #[cfg(test)]

@@ -26,7 +26,9 @@ use crate::listener::tls::{self, ReloadingCert, TlsError, UpstreamTls};
 use crate::telemetry::upstream::{Failure, UpstreamMetrics};
 use crate::wire::body::{empty, read_to_bytes, Body, ReadError};
 use crate::wire::headers::remove_hop_by_hop;
+use gate::{Gate, Limits, Place, Shed};
 
+pub mod gate;
 mod outgoing;
 mod request;
 mod throttle;
@@ -56,6 +58,10 @@ pub enum OriginError {
     TooLarge { limit: usize },
     #[error("the catalog answered 304 to a request that was not conditional")]
     UnexpectedNotModified,
+    /// Refused before reaching the catalog: it already has `upstream_max_in_flight` requests
+    /// and the queue is full, or the wait for a place was too long.
+    #[error("the catalog has upstream_max_in_flight requests from icecache and {0}")]
+    Shed(Shed),
     /// A 429, or a refusal that names throttling (AWS Glue's 400): the client is told to wait.
     #[error("the catalog is throttling requests (it answered {status})")]
     Throttled {
@@ -69,14 +75,17 @@ impl OriginError {
         match self {
             OriginError::Timeout(_) | OriginError::Stalled(_) => StatusCode::GATEWAY_TIMEOUT,
             OriginError::Throttled { .. } => StatusCode::TOO_MANY_REQUESTS,
+            OriginError::Shed(_) => StatusCode::SERVICE_UNAVAILABLE,
             _ => StatusCode::BAD_GATEWAY,
         }
     }
 
     /// How long the client should wait before trying again, when the catalog said.
     pub fn retry_after(&self) -> Option<&HeaderValue> {
+        static SHED_RETRY_AFTER: HeaderValue = HeaderValue::from_static("1");
         match self {
             OriginError::Throttled { retry_after, .. } => Some(retry_after),
+            OriginError::Shed(_) => Some(&SHED_RETRY_AFTER),
             _ => None,
         }
     }
@@ -87,6 +96,7 @@ impl OriginError {
             OriginError::Connect(_) => Failure::Connect,
             OriginError::Timeout(_) | OriginError::Stalled(_) => Failure::Timeout,
             OriginError::Throttled { .. } => Failure::Throttled,
+            OriginError::Shed(_) => Failure::Shed,
             _ => Failure::Protocol,
         }
     }
@@ -114,6 +124,7 @@ pub struct Origin {
     client: Client<HttpsConnector<HttpConnector>, Body>,
     url: UpstreamUrl,
     request_timeout: Duration,
+    gate: Gate,
     answered: AtomicBool,
     metrics: Arc<UpstreamMetrics>,
 }
@@ -125,6 +136,7 @@ impl Origin {
         tls_settings: &UpstreamTls,
         connect_timeout: Duration,
         request_timeout: Duration,
+        limits: Limits,
         metrics: Arc<UpstreamMetrics>,
     ) -> Result<(Self, Option<Arc<ReloadingCert>>), TlsError> {
         let mut http = HttpConnector::new();
@@ -147,6 +159,7 @@ impl Origin {
             client,
             url,
             request_timeout,
+            gate: Gate::new(limits),
             answered: AtomicBool::new(false),
             metrics,
         };
@@ -169,12 +182,32 @@ impl Origin {
     }
 
     /// Sends a request; the response head must come within the request timeout, the body
-    /// then streams at the client's pace.
+    /// then streams at the client's pace (its place at the catalog is given back at the head).
     pub async fn send(
         &self,
         request: OriginRequest,
         body: Body,
     ) -> Result<Response<Incoming>, OriginError> {
+        self.send_in_place(request, body)
+            .await
+            .map(|(response, _place)| response)
+    }
+
+    /// Sends a request once it has a place at the catalog, and returns the place with the
+    /// answer's head: whoever reads the body whole keeps it until then.
+    async fn send_in_place(
+        &self,
+        request: OriginRequest,
+        body: Body,
+    ) -> Result<(Response<Incoming>, Place), OriginError> {
+        let place = match self.gate.enter().await {
+            Ok(place) => place,
+            Err(shed) => {
+                let error = OriginError::Shed(shed);
+                self.metrics.failure(error.failure());
+                return Err(error);
+            }
+        };
         let operation = request.operation;
         // A 304 answers a conditional request only; to any other it would reach a client that
         // asked for none (the Java client throws on one), whichever route relays it.
@@ -221,7 +254,7 @@ impl Origin {
         if let Err(e) = &result {
             self.metrics.failure(e.failure());
         }
-        result
+        result.map(|response| (response, place))
     }
 
     /// Sends a bodiless request and reads the answer whole, at most `limit` bytes.
@@ -230,12 +263,13 @@ impl Origin {
         request: OriginRequest,
         limit: usize,
     ) -> Result<Fetched, OriginError> {
-        let response = self.send(request, empty()).await?;
+        let (response, place) = self.send_in_place(request, empty()).await?;
         let (mut parts, body) = response.into_parts();
         remove_hop_by_hop(&mut parts.headers);
         let body = read_to_bytes(body, limit, self.request_timeout)
             .await
             .map_err(|e| self.read_failed(e))?;
+        drop(place);
         Ok(Fetched {
             status: parts.status,
             headers: parts.headers,

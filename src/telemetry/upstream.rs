@@ -19,6 +19,9 @@ pub enum Failure {
     Protocol,
     /// The catalog answered, but to say it is throttling (429, Glue's throttling 400).
     Throttled,
+    /// Refused before it was sent: `upstream_max_in_flight` reached and the queue full or
+    /// waited out.
+    Shed,
 }
 
 impl Label for Failure {
@@ -28,6 +31,7 @@ impl Label for Failure {
             Failure::Timeout => "timeout",
             Failure::Protocol => "protocol",
             Failure::Throttled => "throttled",
+            Failure::Shed => "shed",
         }
     }
 }
@@ -51,7 +55,7 @@ impl UpstreamMetrics {
                 r,
                 "icecache_upstream_errors_total",
                 "Upstream requests that got no usable response, by kind (connect, timeout, \
-                 protocol, throttled).",
+                 protocol, throttled, shed).",
                 &["kind"],
             ),
         };
@@ -62,6 +66,7 @@ impl UpstreamMetrics {
                 Failure::Timeout,
                 Failure::Protocol,
                 Failure::Throttled,
+                Failure::Shed,
             ],
         );
         metrics

@@ -11,6 +11,7 @@ mod bad_clients;
 mod cache;
 mod cache_keys;
 mod catalog_faults;
+mod catalog_protection;
 mod catalog_validators;
 mod command_line;
 mod config_route;

@@ -531,3 +531,49 @@ fn a_strip_key_that_would_remove_an_answers_shape_is_refused_at_config_check() {
         assert!(stderr.contains("strip_keys"), "{keys}: {stderr}");
     }
 }
+
+/// Secrets as each client spells them (pyiceberg's bare ADLS names, the REST client's SigV4
+/// keys, SSE-C keys, any dotted `*.token`), vended in `config`: none survives `strip`, and the
+/// settings beside them do.
+#[tokio::test]
+async fn under_strip_every_clients_spelling_of_a_secret_is_removed() {
+    const SPELLINGS: &[&str] = &[
+        "adls.account-key",
+        "adls.sas-token",
+        "adls.connection-string",
+        "adls.client-secret",
+        "adls.token",
+        "adls.credential",
+        "rest.secret-access-key",
+        "rest.session-token",
+        "s3.sse.key",
+        "oauth2.token",
+        "my.custom.token",
+        "password",
+        "secret",
+        "aws_secret_access_key",
+    ];
+    let catalog = standin(Shape {
+        extra_config: SPELLINGS.iter().map(|name| (*name, "LEAK")).collect(),
+        ..Shape::default()
+    })
+    .await;
+    let icecache = Icecache::start(&catalog.url, &["--credentials", "strip"]).await;
+    for round in ["fill", "hit"] {
+        let answer = reqwest::Client::new()
+            .get(format!("{}{TABLE}", icecache.url))
+            .bearer_auth("alice")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(answer.status(), 200);
+        let body: Value = answer.json().await.unwrap();
+        assert!(
+            !body.to_string().contains("LEAK"),
+            "{round}: {}",
+            body["config"]
+        );
+        assert_eq!(body["config"]["s3.endpoint"], "http://s3.local", "{round}");
+        assert_eq!(body["config"]["client.region"], "eu-west-1", "{round}");
+    }
+}

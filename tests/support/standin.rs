@@ -116,6 +116,9 @@ struct State {
     record: AtomicBool,
     /// While true, loadTable answers wait (after their delay) until it is false again.
     held: tokio::sync::watch::Sender<bool>,
+    /// loadTable requests being answered now, and the most there ever were at once.
+    loading: AtomicU64,
+    most_loading: AtomicU64,
 }
 
 pub struct StandIn {
@@ -143,6 +146,8 @@ impl StandIn {
             seen: Mutex::default(),
             record: AtomicBool::new(true),
             held: tokio::sync::watch::Sender::new(false),
+            loading: AtomicU64::new(0),
+            most_loading: AtomicU64::new(0),
         });
         let accept_state = state.clone();
         let task = tokio::spawn(async move {
@@ -174,6 +179,11 @@ impl StandIn {
 
     pub fn release_loads(&self) {
         self.state.held.send_replace(false);
+    }
+
+    /// The most loadTable requests this catalog was ever answering at once.
+    pub fn most_loads_at_once(&self) -> u64 {
+        self.state.most_loading.load(Ordering::SeqCst)
     }
 
     /// Creates (or resets) a table at version 1.
@@ -366,6 +376,9 @@ async fn answer(state: Arc<State>, request: Request<Incoming>) -> Result<Answer,
                         "config": { "s3.access-key-id": format!("AK-{who}-{n}") } }] }),
         ),
         (&Method::GET, Some([table])) => {
+            let now = state.loading.fetch_add(1, Ordering::SeqCst) + 1;
+            state.most_loading.fetch_max(now, Ordering::SeqCst);
+            let _done = Loading(&state.loading);
             let answer = load(&state, &shape, &parts.headers, table, &who, n);
             // The state is read first, then the answer takes its time: a write can land and be
             // answered while this older answer is still on its way.
@@ -674,6 +687,15 @@ fn load(
         h.insert("vary", http::HeaderValue::from_static(vary));
     }
     response
+}
+
+/// Counts a loadTable as answered however its handler ends (a client gone drops it).
+struct Loading<'a>(&'a AtomicU64);
+
+impl Drop for Loading<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 /// Whether an `If-None-Match` the stand-in receives names `version` (weakly when its tags are
