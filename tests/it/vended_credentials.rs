@@ -18,10 +18,20 @@ use serde_json::Value;
 
 /// The vending upstream: each loadTable answer holds fresh S3 keys for the caller.
 async fn vending_catalog(lifetime: Duration) -> Fake {
-    Fake::start(move |request, n| vend(request, n, lifetime)).await
+    vending_with_expiry(lifetime, "s3.session-token-expires-at-ms").await
 }
 
-fn vend(request: &Request<Incoming>, n: u64, lifetime: Duration) -> Response<Full<Bytes>> {
+/// A catalog that says when its credentials expire under `expiry_key` only.
+async fn vending_with_expiry(lifetime: Duration, expiry_key: &'static str) -> Fake {
+    Fake::start(move |request, n| vend(request, n, lifetime, expiry_key)).await
+}
+
+fn vend(
+    request: &Request<Incoming>,
+    n: u64,
+    lifetime: Duration,
+    expiry_key: &str,
+) -> Response<Full<Bytes>> {
     let expires = SystemTime::now().duration_since(UNIX_EPOCH).unwrap() + lifetime;
     let caller = request
         .headers()
@@ -36,16 +46,17 @@ fn vend(request: &Request<Incoming>, n: u64, lifetime: Duration) -> Response<Ful
         *refused.status_mut() = http::StatusCode::FORBIDDEN;
         return refused;
     }
+    let mut config = serde_json::json!({
+        "s3.access-key-id": format!("AK-{n}-{caller}"),
+        "s3.secret-access-key": format!("SK-{n}"),
+        "s3.session-token": format!("ST-{n}"),
+        "s3.endpoint": "http://s3.local",
+    });
+    config[expiry_key] = serde_json::json!((expires.as_millis() as u64).to_string());
     json(serde_json::json!({
         "metadata-location": "s3://bucket/db/t/metadata/v1.metadata.json",
         "metadata": { "format-version": 2, "table-uuid": "6b1b3c3e-0000-4000-8000-000000000001" },
-        "config": {
-            "s3.access-key-id": format!("AK-{n}-{caller}"),
-            "s3.secret-access-key": format!("SK-{n}"),
-            "s3.session-token": format!("ST-{n}"),
-            "s3.session-token-expires-at-ms": (expires.as_millis() as u64).to_string(),
-            "s3.endpoint": "http://s3.local",
-        },
+        "config": config,
         "storage-credentials": [
             { "prefix": "s3://bucket/db", "config": { "s3.access-key-id": format!("SC-{n}-{caller}") } }
         ]
@@ -64,10 +75,18 @@ async fn load(icecache: &Icecache, if_none_match: Option<&str>) -> reqwest::Resp
     request.send().await.unwrap()
 }
 
+/// Each way a catalog names the expiry: the Java client's key, and Polaris's `expiration-time`.
 #[tokio::test]
 async fn credentials_are_never_served_past_expiry_minus_margin() {
+    tokio::join!(
+        never_served_past_expiry_minus_margin("s3.session-token-expires-at-ms"),
+        never_served_past_expiry_minus_margin("expiration-time"),
+    );
+}
+
+async fn never_served_past_expiry_minus_margin(expiry_key: &'static str) {
     // Lifetimes long enough that the first two loads fall in the window on any machine.
-    let catalog = vending_catalog(Duration::from_secs(8)).await;
+    let catalog = vending_with_expiry(Duration::from_secs(8), expiry_key).await;
     let icecache = Icecache::start(
         &catalog.url,
         &["--fresh-for", "1h", "--stale-if-error", "1h"],
@@ -78,13 +97,13 @@ async fn credentials_are_never_served_past_expiry_minus_margin() {
     assert_eq!(
         second.headers()["x-cache"],
         "HIT",
-        "servable for about 4 s of the 8 s lifetime"
+        "{expiry_key}: servable for about 4 s of the 8 s lifetime"
     );
     assert_eq!(catalog.requests(), 1);
     // Past expiry minus the margin (half of the 8 s lifetime): a new load from the catalog.
     tokio::time::sleep(Duration::from_millis(4100)).await;
     let third = load(&icecache, None).await;
-    assert_eq!(third.headers()["x-cache"], "MISS");
+    assert_eq!(third.headers()["x-cache"], "MISS", "{expiry_key}");
     assert_eq!(catalog.requests(), 2);
     let third: Value = third.json().await.unwrap();
     assert_ne!(
