@@ -10,7 +10,7 @@ use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::StatusCode;
 
 use super::entry::Entry;
-use super::key::{CacheKey, Form};
+use super::key::CacheKey;
 use super::phase::NoCacheReason;
 use super::ticket::FillTicket;
 use super::vary::Varies;
@@ -126,9 +126,11 @@ impl Fill {
         }
     }
 
-    /// Which snapshots the answer holds (a bypass is read as all of them).
-    pub fn form(&self) -> Form {
-        self.key().map_or(Form::AllSnapshots, |key| key.form)
+    /// What icecache's ETag of the answer covers besides its bytes: the representation's form
+    /// (`all` and `refs` never share a tag), or `bypass` for an answer no key names (its
+    /// query was not read one way only, so no cached entry's tag may stand for it).
+    pub fn tag_label(&self) -> &'static str {
+        self.key().map_or("bypass", |key| key.form.as_str())
     }
 
     /// Why the answer will not be stored, when known before asking.
@@ -232,7 +234,7 @@ pub(super) async fn process(
     stage: &Arc<Stage>,
     body: Bytes,
     policy: &Arc<Policy>,
-    form: Form,
+    tag_label: &'static str,
 ) -> Result<Served, Refusal> {
     let large = body.len() >= OFFLOAD_BYTES;
     let (stage, policy) = (stage.clone(), policy.clone());
@@ -245,7 +247,7 @@ pub(super) async fn process(
             &policy,
         );
         let slices: Vec<&[u8]> = pieces.iter().map(|p| &p[..]).collect();
-        let etag = strong_etag_of(form.as_str(), &slices);
+        let etag = strong_etag_of(tag_label, &slices);
         Ok(Served {
             processed,
             pieces,

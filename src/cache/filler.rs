@@ -146,13 +146,14 @@ impl Filler {
             .headers
             .get(header::ETAG)
             .and_then(|v| HeaderValue::from_bytes(v.as_bytes()).ok());
-        let processed = match process(&self.stage, fetched.body, &fill.policy, fill.form()).await {
-            Ok(processed) => Served {
-                upstream_etag,
-                ..processed
-            },
-            Err(refusal) => return FillOutcome::Refused(Arc::new(refusal)),
-        };
+        let processed =
+            match process(&self.stage, fetched.body, &fill.policy, fill.tag_label()).await {
+                Ok(processed) => Served {
+                    upstream_etag,
+                    ..processed
+                },
+                Err(refusal) => return FillOutcome::Refused(Arc::new(refusal)),
+            };
         let reason = reason.or(processed
             .processed
             .vended

@@ -3,12 +3,13 @@
 //! `inject`), which is read whole, processed, and sent as processed.
 
 use http::header::{self, HeaderValue};
-use http::Response;
+use http::{Method, Response};
 use http_body::Body as _;
 use hyper::body::Incoming;
 
 use super::exchange::{answer_shape, origin_request, processes, Exchange};
 use crate::cache::POLICY_READ_LIMIT;
+use crate::catalog::route::Operation;
 use crate::error::ProxyError;
 use crate::origin::OriginRequest;
 use crate::policy::stage::{self, Shape};
@@ -73,7 +74,23 @@ pub async fn forward(
 ) -> Result<Response<Body>, ProxyError> {
     let shape = answer_shape(exchange.route.operation);
     let origin = origin_request(exchange, &parts, shape)?;
-    send_on(exchange, origin, body, shape).await
+    if !reads_unnamed(exchange.route.operation, &parts) {
+        return send_on(exchange, origin, body, shape).await;
+    }
+    // A read under `/v1/` icecache cannot name (`;parameters`, a trailing `/`, a decoded `/`):
+    // a catalog may route it to a table's load, whose validators clients must only ever get
+    // from icecache. It goes unconditional, and its answer without validators.
+    let mut response = send_on(exchange, origin.unconditional(), body, shape).await?;
+    response.headers_mut().remove(header::ETAG);
+    response.headers_mut().remove(header::LAST_MODIFIED);
+    Ok(response)
+}
+
+/// Whether a request is a read of the catalog's API that names no operation icecache knows.
+fn reads_unnamed(operation: Operation, parts: &http::request::Parts) -> bool {
+    operation == Operation::Other
+        && matches!(parts.method, Method::GET | Method::HEAD)
+        && parts.uri.path().starts_with("/v1/")
 }
 
 /// Sends a request built for the route, with the client's body, and relays the answer.

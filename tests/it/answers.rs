@@ -54,6 +54,55 @@ async fn the_catalogs_etag_never_reaches_a_client_on_any_answer() {
     assert!(no_store.headers().get(ETAG).is_none_or(|t| t != "\"v1\""));
 }
 
+/// A read icecache cannot name that a servlet catalog routes to the table's load (`;`
+/// parameters) carries no validator of the catalog's, and the catalog's tag gets no 304 there.
+#[tokio::test]
+async fn a_load_spelled_with_path_parameters_carries_no_catalog_validator() {
+    for weak_etag in [false, true] {
+        let catalog = standin(Shape {
+            etag: true,
+            weak_etag,
+            ..Shape::default()
+        })
+        .await;
+        let direct = reqwest::Client::new()
+            .get(format!("{}{TABLE}", catalog.url))
+            .bearer_auth("alice")
+            .send()
+            .await
+            .unwrap();
+        let theirs = direct.headers()[ETAG].to_str().unwrap().to_owned();
+        let icecache = Icecache::start(&catalog.url, &[]).await;
+        for spelling in [";x=1", ";", ";jsessionid=1"] {
+            let plain = load(&icecache, spelling, &[]).await;
+            assert_eq!(plain.status(), 200, "{spelling}");
+            assert!(plain.headers().get(ETAG).is_none(), "{spelling}: {plain:?}");
+            let asked = load(&icecache, spelling, &[("if-none-match", &theirs)]).await;
+            assert_eq!(asked.status(), 200, "{spelling} with {theirs}");
+        }
+    }
+}
+
+/// Under `strip`, an answer that bypassed the cache (its query not read one way only) never
+/// carries the tag of a cached representation, whichever snapshots mode it asked for.
+#[tokio::test]
+async fn a_bypassed_answer_never_shares_a_cached_representations_tag() {
+    let catalog = standin(Shape::default()).await;
+    let icecache = Icecache::start(&catalog.url, &["--credentials", "strip"]).await;
+    let all = load(&icecache, "", &[]).await;
+    let all_tag = all.headers()[ETAG].to_str().unwrap().to_owned();
+    let refs = load(&icecache, "?snapshots=refs", &[]).await;
+    let refs_tag = refs.headers()[ETAG].to_str().unwrap().to_owned();
+    for query in ["?snapshots=refs&foo=1", "?snapshots=refs&snapshots=refs"] {
+        let bypassed = load(&icecache, query, &[]).await;
+        assert_eq!(bypassed.headers()["x-cache"], "BYPASS", "{query}");
+        let tag = bypassed.headers()[ETAG].to_str().unwrap().to_owned();
+        assert!(tag != all_tag && tag != refs_tag, "{query}: {tag}");
+        let asked = load(&icecache, query, &[("if-none-match", &all_tag)]).await;
+        assert_eq!(asked.status(), 200, "{query}");
+    }
+}
+
 /// The raw response head of a loadTable over HTTP/1.1.
 async fn raw_head(icecache: &Icecache, path: &str) -> String {
     let address = icecache.url.trim_start_matches("http://").to_owned();
