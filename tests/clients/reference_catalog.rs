@@ -95,7 +95,8 @@ async fn icecache_revalidates_its_entries_with_the_reference_catalogs_own_etags(
     assert_eq!(confirmed, 4.0);
     crate::compatibility::record(
         "reference-etags",
-        json!({ "catalog": "Iceberg reference server 1.11.0", "loads": 5,
+        json!({ "client": "plain HTTP loads (icecache revalidating)", "policy": "strip",
+                "catalog": "Iceberg reference server 1.11.0", "loads": 5,
                 "catalog_304s": 4, "client_etags": 1 }),
     );
 }
