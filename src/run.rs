@@ -19,6 +19,7 @@ use crate::admin::{access_log, endpoints as admin};
 use crate::cache::tier::{self, Tier};
 use crate::cache::{self, Cache, CacheParts, Cause};
 use crate::catalog::config_rewrite::Separator;
+use crate::catalog::endpoints::CatalogHeads;
 use crate::cluster::Cluster;
 use crate::config::{Raw, Settings};
 use crate::events::{self, Liveness, SourceId};
@@ -192,6 +193,7 @@ pub async fn run(
     let workers = settings.workers;
     let state = Arc::new(State {
         separator: Separator::new(&settings.namespace_separator),
+        heads: CatalogHeads::default(),
         settings: State::in_force(settings),
         origin,
         cache,

@@ -1,6 +1,6 @@
 //! What every request reads: the settings in force (one snapshot per request, swapped whole on
 //! reload), the path to the catalog, the cache, the metrics, and what was learned while running
-//! (the catalog's namespace separator).
+//! (the catalog's namespace separator, whether it answers existence checks itself).
 
 use std::sync::Arc;
 
@@ -9,6 +9,7 @@ use http::Extensions;
 
 use crate::cache::{Cache, Tier};
 use crate::catalog::config_rewrite::Separator;
+use crate::catalog::endpoints::CatalogHeads;
 use crate::config::Settings;
 use crate::events::Liveness;
 use crate::origin::Origin;
@@ -27,6 +28,7 @@ pub struct State {
     /// The policy stage every answer that may carry credentials passes.
     pub stage: Arc<Stage>,
     pub separator: Separator,
+    pub heads: CatalogHeads,
     pub identity: IdentityHasher,
     /// Set on every response icecache builds, so HTTP/1.1 writes `ETag` in that case.
     pub case: Extensions,

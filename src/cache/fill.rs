@@ -203,7 +203,7 @@ pub(super) fn keyed(name: &str, fill: &Fill) -> bool {
 }
 
 /// The comma-separated, lower-cased directives of every field named `name`.
-fn directives(headers: &HeaderMap, name: &HeaderName) -> Vec<String> {
+pub(super) fn directives(headers: &HeaderMap, name: &HeaderName) -> Vec<String> {
     headers
         .get_all(name)
         .iter()

@@ -57,6 +57,8 @@ impl Cache {
             Touched::Everything => self.store.invalidate_where(|_| true, within),
             Touched::Nothing => return 0,
         };
+        // Kept credential answers are few and briefly kept: any write forgets them all.
+        self.refreshes.forget_all();
         self.metrics.invalidated(reason);
         removed
     }

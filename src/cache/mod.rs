@@ -24,6 +24,7 @@ mod filler;
 pub mod invalidate;
 mod key;
 pub mod phase;
+pub mod refreshes;
 mod respond;
 mod store;
 mod ticket;
@@ -40,8 +41,9 @@ use tokio::time::Instant;
 
 pub use entry::{Content, Entry, Gzipped};
 pub use fill::POLICY_READ_LIMIT;
-pub use key::{CacheKey, Form};
+pub use key::{normalised_delegation, CacheKey, Form};
 pub use phase::{CachePhase, Cause, NoCacheReason};
+pub use refreshes::Refreshes;
 pub use respond::{mark, Caller, X_CACHE};
 pub use ticket::FillTicket;
 pub use tier::Tier;
@@ -171,6 +173,8 @@ pub struct Cache {
     case: Extensions,
     /// Whether the catalog's change events are arriving (the long freshness window).
     events: Arc<Liveness>,
+    /// loadCredentials under `passthrough`: one catalog call per herd, answers kept briefly.
+    pub refreshes: Refreshes,
 }
 
 /// How many times a request asks again after the fill it waited for was abandoned.
@@ -237,6 +241,7 @@ impl Cache {
             stage,
             case,
             events,
+            refreshes: Refreshes::default(),
         })
     }
 

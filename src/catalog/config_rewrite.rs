@@ -4,7 +4,8 @@
 //! `overrides`); clients follow it and would route around the cache. icecache replaces it with its
 //! own public URL. The catalog's advertised `namespace-separator` (URL-encoded, spec 1.11) is
 //! returned so that the route decoder can use it. Under `strip` and `inject` every member named
-//! like a secret is removed, at any depth (a config has no place one belongs).
+//! like a secret is removed, at any depth (a config has no place one belongs). Its `endpoints`
+//! gain the existence checks icecache answers (see `endpoints`).
 
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -13,16 +14,19 @@ use arc_swap::ArcSwap;
 use bytes::Bytes;
 use serde_json::Value;
 
+use super::endpoints::{self, Heads};
 use crate::wire::json::fold;
 use crate::wire::json_walk::{without_named, Walked};
 
 /// The outcome of reading a config response.
 #[derive(Debug, PartialEq)]
 pub struct ConfigAnswer {
-    /// The body to send on, when `uri` had to be rewritten.
+    /// The body to send on, when `uri` or `endpoints` had to be rewritten.
     pub rewritten: Option<Bytes>,
     /// The separator the catalog advertises, if it advertises one.
     pub separator: Option<String>,
+    /// Whether the catalog answers existence checks itself, when its `endpoints` say.
+    pub heads: Option<Heads>,
 }
 
 /// Reads a `/v1/config` body; None when it is not a JSON object (the caller decides whether it
@@ -45,11 +49,12 @@ pub fn read(
     let object = config.as_object_mut()?;
     // `overrides` win over `defaults`, as they do for clients, in whichever order they come.
     let (mut from_defaults, mut from_overrides) = (None, None);
+    let (mut views_by_default, mut views_overridden) = (None, None);
     for (key, value) in object.iter_mut() {
         // A Go client reads `DEFAULTS` as `defaults`: every spelling of a section counts.
-        let advertised = match fold(key).as_str() {
-            "defaults" => &mut from_defaults,
-            "overrides" => &mut from_overrides,
+        let (advertised, views) = match fold(key).as_str() {
+            "defaults" => (&mut from_defaults, &mut views_by_default),
+            "overrides" => (&mut from_overrides, &mut views_overridden),
             _ => continue,
         };
         let Some(properties) = value.as_object_mut() else {
@@ -68,11 +73,26 @@ pub fn read(
         {
             *advertised = Some(separator.to_owned());
         }
+        if let Some(supported) = properties.get("view-endpoints-supported") {
+            // Read as the Java client reads a boolean property.
+            let text = supported.as_str().unwrap_or("");
+            *views = Some(text.eq_ignore_ascii_case("true") || supported == &Value::Bool(true));
+        }
     }
+    let views_supported = views_overridden.or(views_by_default).unwrap_or(false);
+    let advertised = endpoints::advertise(object.get("endpoints"), views_supported);
+    let heads = advertised.map(|advertised| {
+        if let Some(list) = advertised.list {
+            object.insert("endpoints".to_owned(), Value::from(list));
+            changed = true;
+        }
+        advertised.heads
+    });
     let rewritten = changed.then(|| Bytes::from(config.to_string()));
     Some(ConfigAnswer {
         rewritten,
         separator: from_overrides.or(from_defaults),
+        heads,
     })
 }
 
@@ -162,6 +182,34 @@ mod tests {
             rewritten,
             serde_json::json!({"DEFAULTS":{"uri":"http://i"},"Overrides":{"x":{},"namespace-separator":"%2E"},"other":[{}]})
         );
+    }
+
+    #[test]
+    fn a_config_without_endpoints_from_a_catalog_with_views_gets_the_defaults_and_the_checks() {
+        let body = br#"{"defaults":{},"overrides":{"view-endpoints-supported":"true"}}"#;
+        let answer = read(body, "http://i", None).unwrap();
+        let rewritten: Value = serde_json::from_slice(&answer.rewritten.unwrap()).unwrap();
+        let list = rewritten["endpoints"].as_array().unwrap();
+        assert!(
+            list.contains(&Value::from(endpoints::TABLE_EXISTS)),
+            "{list:?}"
+        );
+        assert!(
+            list.contains(&Value::from(endpoints::VIEW_EXISTS)),
+            "{list:?}"
+        );
+        let lacks = Heads {
+            tables: false,
+            views: false,
+        };
+        assert_eq!(answer.heads, Some(lacks));
+    }
+
+    #[test]
+    fn a_config_whose_endpoints_cannot_be_read_is_left_as_it_is() {
+        let answer = read(br#"{"endpoints":[1]}"#, "http://i", None).unwrap();
+        assert_eq!(answer.rewritten, None);
+        assert_eq!(answer.heads, None);
     }
 
     #[test]

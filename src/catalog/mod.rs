@@ -1,8 +1,10 @@
 //! What icecache knows of the Iceberg REST catalog: which operation a request is and what it
 //! names (`route`), how tables are named exactly and loosely (`names`), what a write touches
-//! (`writes`), and the `/v1/config` answer that keeps clients on icecache (`config_rewrite`).
+//! (`writes`), the `/v1/config` answer that keeps clients on icecache (`config_rewrite`), and the
+//! operations a catalog says it serves (`endpoints`).
 
 pub mod config_rewrite;
+pub mod endpoints;
 pub mod names;
 pub mod route;
 pub mod writes;

@@ -1,6 +1,7 @@
 //! `GET /v1/config`: asked for uncompressed, read, its `uri` pointed back at icecache, its
-//! separator learned, and (under `strip` and `inject`) its secrets removed, or refused when it
-//! is not a JSON object icecache can read.
+//! separator and its existence checks learned, its `endpoints` completed with the checks
+//! icecache answers, and (under `strip` and `inject`) its secrets removed, or refused when it is
+//! not a JSON object icecache can read.
 
 use http::header::{self, HeaderValue};
 use http::{Request, Response, StatusCode};
@@ -58,6 +59,9 @@ pub async fn serve(
     }
     if let Some(separator) = answer.as_ref().and_then(|a| a.separator.as_ref()) {
         exchange.state.separator.learn(separator);
+    }
+    if let Some(heads) = answer.as_ref().and_then(|a| a.heads) {
+        exchange.state.heads.learn(heads);
     }
     let body = answer.and_then(|a| a.rewritten).unwrap_or(plain);
     if body != raw {

@@ -4,8 +4,6 @@
 //! `passthrough`.
 
 use http::header::{self, HeaderValue};
-use http::Request;
-use hyper::body::Incoming;
 
 use super::exchange::{answer_shape, outgoing, Answer, Exchange};
 use super::relay;
@@ -19,11 +17,11 @@ use crate::wire::body::empty;
 use crate::wire::encoding::accepts_gzip;
 use crate::wire::headers::HeaderLookup;
 
+/// Serves a load from the head of its request (a load's body, if any, means nothing).
 pub async fn serve(
     mut exchange: Exchange<'_>,
-    request: Request<Incoming>,
+    parts: http::request::Parts,
 ) -> Result<Answer, ProxyError> {
-    let (parts, _body) = request.into_parts();
     let shape = answer_shape(exchange.route.operation);
     let sent = outgoing(&exchange, parts, shape)?;
     let Some(cache) = exchange.state.cache.clone() else {

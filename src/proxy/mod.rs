@@ -1,7 +1,8 @@
 //! The Iceberg REST listener's request handler, read top to bottom: name the operation
 //! (catalog::route), then serve loadTable and loadView from the cache (`load`), answer existence
 //! checks from it when it can (`exists`), pass writes through and invalidate what they may have
-//! changed (`write`), rewrite `/v1/config` (`config`), and relay everything else (`relay`), with
+//! changed (`write`), rewrite `/v1/config` (`config`), absorb credential refresh herds under
+//! `passthrough` (`refresh`), and relay everything else (`relay`), with
 //! the policy stage on every answer that may carry credentials.
 //! Failures travel back as values and are written once (`error::respond`).
 
@@ -9,6 +10,7 @@ mod config;
 mod exchange;
 mod exists;
 mod load;
+mod refresh;
 mod relay;
 mod write;
 
@@ -22,6 +24,7 @@ use crate::cache::{CachePhase, NoCacheReason};
 use crate::catalog::route::{classify, operation_of, Operation, Route};
 use crate::catalog::writes;
 use crate::error::{self, ProxyError};
+use crate::policy::Credentials;
 use crate::state::State;
 use crate::wire::body::Body;
 use crate::wire::host::check_host;
@@ -127,12 +130,20 @@ async fn dispatch(
     if matches!(operation, Operation::LoadTable | Operation::LoadView)
         && request.method() == Method::GET
     {
-        return load::serve(exchange, request).await;
+        return load::serve(exchange, request.into_parts().0).await;
     }
     if matches!(operation, Operation::TableExists | Operation::ViewExists)
         && request.method() == Method::HEAD
     {
         return exists::serve(exchange, request).await;
+    }
+    if operation == Operation::LoadCredentials
+        && request.method() == Method::GET
+        && exchange.policy.credentials == Credentials::Passthrough
+    {
+        if let Some(cache) = exchange.state.cache.clone() {
+            return refresh::serve(exchange, request, cache).await;
+        }
     }
     if writes::is_write(&exchange.route, request.method()) {
         return Box::pin(write::serve(exchange, request))

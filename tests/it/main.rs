@@ -20,6 +20,7 @@ mod deploy;
 mod docs_match_code;
 mod events_nats;
 mod events_seaweedfs;
+mod existence_checks;
 mod fuzz_findings;
 mod load_credentials;
 mod passthrough;

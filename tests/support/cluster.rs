@@ -98,6 +98,26 @@ impl Redis {
             })
             .collect()
     }
+
+    /// Every key and value as text, with any gzip inside a value unpacked: what a search for a
+    /// secret must read.
+    pub fn text(&self) -> String {
+        let mut text = String::new();
+        for (key, value) in self.dump() {
+            text.push_str(&key);
+            text.push_str(&String::from_utf8_lossy(&value));
+            for start in 0..value.len().saturating_sub(2) {
+                if value[start..].starts_with(&[0x1f, 0x8b, 0x08]) {
+                    let mut unpacked = Vec::new();
+                    let mut decoder = flate2::read::GzDecoder::new(&value[start..]);
+                    if std::io::Read::read_to_end(&mut decoder, &mut unpacked).is_ok() {
+                        text.push_str(&String::from_utf8_lossy(&unpacked));
+                    }
+                }
+            }
+        }
+        text
+    }
 }
 
 /// What the tier's fault tests (tests/cluster) do to Redis; the core suite only starts one.

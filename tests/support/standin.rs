@@ -66,6 +66,12 @@ pub struct Shape {
     /// paths of member names and list positions (`"metadata/schemas/0/fields/0"`, `""` for the
     /// top level), made where missing; each value names its path: `BURIED-<path>-<caller>-<n>`.
     pub buried: Vec<&'static str>,
+    /// The `endpoints` its `/v1/config` lists (none when None, as most catalogs here).
+    pub endpoints: Option<Vec<&'static str>>,
+    /// Answer `HEAD` on a table or a view with `405` (a catalog without existence checks).
+    pub refuses_head: bool,
+    /// Its `/v1/config` sets `view-endpoints-supported` in `overrides`.
+    pub says_views: bool,
     /// Every JSON object answered is sent in this form instead of UTF-8: `utf-16le` (with a byte
     /// order mark), `utf-16be`, `utf-32le`, `jsonp` (`cb(…)`), `xssi` (`)]}'` first) or `html`.
     pub wrapping: Option<&'static str>,
@@ -96,6 +102,9 @@ impl Default for Shape {
             unreadable_json: false,
             buried: Vec::new(),
             wrapping: None,
+            endpoints: None,
+            refuses_head: false,
+            says_views: false,
         }
     }
 }
@@ -171,7 +180,7 @@ impl StandIn {
         change(&mut self.state.shape.lock().unwrap());
     }
 
-    /// Holds every loadTable answer until `release_loads`: a fill in flight for as long as a
+    /// Holds every loadTable and loadCredentials answer until `release_loads`: a fill in flight for as long as a
     /// test needs, without guessing a delay.
     pub fn hold_loads(&self) {
         self.state.held.send_replace(true);
@@ -359,11 +368,18 @@ async fn answer(state: Arc<State>, request: Request<Incoming>) -> Result<Answer,
     let who = caller(&parts.headers);
     let n = state.served.fetch_add(1, Ordering::Relaxed) + 1;
     let answer = match (&parts.method, tables_at.map(|i| &segments[i + 1..])) {
-        (&Method::GET, _) if path == "/v1/config" => json_answer(
-            StatusCode::OK,
-            &json!({ "defaults": { "s3.secret-access-key": format!("CFGSK-{who}"), "s3.endpoint": "e" },
-                     "overrides": { "uri": "http://elsewhere:1" } }),
-        ),
+        (&Method::GET, _) if path == "/v1/config" => {
+            let mut config = json!({ "defaults": { "s3.secret-access-key": format!("CFGSK-{who}"), "s3.endpoint": "e" },
+                                     "overrides": { "uri": "http://elsewhere:1" } });
+            if let Some(endpoints) = &shape.endpoints {
+                config["endpoints"] = json!(endpoints);
+            }
+            if shape.says_views {
+                config["overrides"]["view-endpoints-supported"] = json!("true");
+            }
+            json_answer(StatusCode::OK, &config)
+        }
+        (&Method::HEAD, _) if shape.refuses_head => error(405, "MethodNotAllowed"),
         (&Method::GET, None) if path.ends_with("/something/else") => json_answer(
             StatusCode::OK,
             &json!({ "config": { "s3.access-key-id": format!("AK-{who}-{n}") },
@@ -430,12 +446,41 @@ async fn answer(state: Arc<State>, request: Request<Incoming>) -> Result<Answer,
             } else {
                 ("storage-credentials", "prefix")
             };
-            json_answer(
-                StatusCode::OK,
-                &json!({ list: [{ prefix: format!("s3://bucket/{table}"),
-                    "config": { "s3.access-key-id": format!("AK-{who}-{n}"),
-                                "s3.secret-access-key": format!("SK-{who}-{n}") } }] }),
-            )
+            let exists = state.versions.lock().unwrap().contains_key(*table);
+            let expires = SystemTime::now().duration_since(UNIX_EPOCH).unwrap() + shape.lifetime;
+            // The plan the keys were vended for, when the caller named one.
+            let plan = parts.uri.query().unwrap_or("").to_owned();
+            let mut answer = match (exists, shape.status) {
+                (false, _) => error(404, "NoSuchTableException"),
+                (true, Some(status)) => error(status, "ServiceFailureException"),
+                (true, None) => json_answer(
+                    StatusCode::OK,
+                    &json!({ list: [{ prefix: format!("s3://bucket/{table}"),
+                        "config": { "s3.access-key-id": format!("AK-{who}-{n}"),
+                                    "s3.secret-access-key": format!("SK-{who}-{n}"),
+                                    "s3.session-token-expires-at-ms":
+                                        (expires.as_millis() as u64).to_string(),
+                                    "plan": plan } }] }),
+                ),
+            };
+            if shape.no_store {
+                answer
+                    .headers_mut()
+                    .insert("cache-control", http::HeaderValue::from_static("no-store"));
+            }
+            answer.headers_mut().insert(
+                "content-type",
+                http::HeaderValue::from_static(shape.content_type),
+            );
+            if let Some(vary) = shape.vary {
+                answer
+                    .headers_mut()
+                    .insert("vary", http::HeaderValue::from_static(vary));
+            }
+            // Refreshes wait while loads are held: a herd in flight for as long as a test needs.
+            tokio::time::sleep(shape.delay).await;
+            let _ = state.held.subscribe().wait_for(|held| !held).await;
+            answer
         }
         (&Method::GET, None) if segments.iter().rev().nth(1) == Some(&"views") => {
             let view = segments.last().copied().unwrap_or_default();
