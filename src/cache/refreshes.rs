@@ -15,7 +15,7 @@ use http::header::{self, HeaderMap};
 use http::StatusCode;
 use tokio::time::Instant;
 
-use super::coalesce::{Inflight, Joined};
+use super::coalesce::{FillPermit, Inflight, Joined, Waiter};
 use super::fill::directives;
 use super::phase::NoCacheReason;
 use crate::catalog::route::decode_component;
@@ -166,11 +166,11 @@ pub enum Step {
     /// Asks the catalog on behalf of everyone who joins.
     Lead(Leader),
     /// Waits for the refresh in flight.
-    Wait(super::coalesce::Waiter<Outcome>),
+    Wait(Waiter<Outcome>),
 }
 
 pub struct Leader {
-    permit: super::coalesce::FillPermit<RefreshKey, u64, Outcome>,
+    permit: FillPermit<RefreshKey, u64, Outcome>,
     key: RefreshKey,
 }
 

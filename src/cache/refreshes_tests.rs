@@ -173,6 +173,22 @@ fn kept(refreshed: Refreshed) -> (Arc<Refreshed>, Judgement) {
     (Arc::new(refreshed), Ok(Some(Duration::from_secs(60))))
 }
 
+/// One refresh of caller 1 led and finished with an answer kept for a minute.
+fn keep_one(refreshes: &Refreshes, now: Instant) {
+    let leader = lead(refreshes, key(1, None), now);
+    let (answer, judged) = kept(answer(200, &[], "{}"));
+    refreshes.finish(leader, answer, judged, now);
+}
+
+/// A refresh of caller 1 led, and another of the same joined to it.
+fn lead_and_wait(refreshes: &Refreshes, now: Instant) -> (Leader, Waiter<Outcome>) {
+    let leader = lead(refreshes, key(1, None), now);
+    let Step::Wait(waiter) = refreshes.step(key(1, None), now) else {
+        panic!("expected to wait");
+    };
+    (leader, waiter)
+}
+
 #[test]
 fn the_query_keys_one_plan_id_and_nothing_else() {
     let scope = Scope::SHARED;
@@ -201,10 +217,7 @@ fn the_query_keys_one_plan_id_and_nothing_else() {
 async fn callers_waiting_on_a_refresh_get_its_answer_and_the_next_is_answered_from_memory() {
     let refreshes = Refreshes::default();
     let now = Instant::now();
-    let leader = lead(&refreshes, key(1, None), now);
-    let Step::Wait(waiter) = refreshes.step(key(1, None), now) else {
-        panic!("expected to wait");
-    };
+    let (leader, waiter) = lead_and_wait(&refreshes, now);
     let (answer, judged) = kept(answer(200, &[], "{}"));
     refreshes.finish(leader, answer.clone(), judged, now);
     match waiter.wait().await.as_deref() {
@@ -222,9 +235,7 @@ async fn another_caller_or_another_plan_never_joins_nor_gets_what_is_kept() {
     let _other = lead(&refreshes, key(2, None), now);
     let _plan = lead(&refreshes, key(1, Some("p")), now);
     let refreshes = Refreshes::default();
-    let leader = lead(&refreshes, key(1, None), now);
-    let (answer, judged) = kept(answer(200, &[], "{}"));
-    refreshes.finish(leader, answer, judged, now);
+    keep_one(&refreshes, now);
     assert!(matches!(refreshes.step(key(2, None), now), Step::Lead(_)));
     assert!(matches!(
         refreshes.step(key(1, Some("p")), now),
@@ -236,9 +247,7 @@ async fn another_caller_or_another_plan_never_joins_nor_gets_what_is_kept() {
 async fn a_kept_answer_is_asked_again_once_its_time_is_up() {
     let refreshes = Refreshes::default();
     let now = Instant::now();
-    let leader = lead(&refreshes, key(1, None), now);
-    let (answer, judged) = kept(answer(200, &[], "{}"));
-    refreshes.finish(leader, answer, judged, now);
+    keep_one(&refreshes, now);
     let later = now + Duration::from_secs(60);
     assert!(matches!(refreshes.step(key(1, None), later), Step::Lead(_)));
 }
@@ -247,10 +256,7 @@ async fn a_kept_answer_is_asked_again_once_its_time_is_up() {
 async fn an_answer_its_own_caller_keeps_sends_the_waiters_to_the_catalog() {
     let refreshes = Refreshes::default();
     let now = Instant::now();
-    let leader = lead(&refreshes, key(1, None), now);
-    let Step::Wait(waiter) = refreshes.step(key(1, None), now) else {
-        panic!("expected to wait");
-    };
+    let (leader, waiter) = lead_and_wait(&refreshes, now);
     let refused = Arc::new(answer(503, &[], "{}"));
     refreshes.finish(leader, refused, Err(NoCacheReason::NotOk), now);
     assert!(matches!(
@@ -280,9 +286,7 @@ async fn a_refresh_begun_before_an_invalidation_is_neither_joined_nor_kept_after
 async fn an_invalidation_forgets_every_kept_answer() {
     let refreshes = Refreshes::default();
     let now = Instant::now();
-    let leader = lead(&refreshes, key(1, None), now);
-    let (answer, judged) = kept(answer(200, &[], "{}"));
-    refreshes.finish(leader, answer, judged, now);
+    keep_one(&refreshes, now);
     refreshes.forget_all();
     assert!(matches!(refreshes.step(key(1, None), now), Step::Lead(_)));
 }
@@ -291,10 +295,7 @@ async fn an_invalidation_forgets_every_kept_answer() {
 async fn a_leader_that_gives_up_sends_its_waiters_to_ask_again() {
     let refreshes = Refreshes::default();
     let now = Instant::now();
-    let leader = lead(&refreshes, key(1, None), now);
-    let Step::Wait(waiter) = refreshes.step(key(1, None), now) else {
-        panic!("expected to wait");
-    };
+    let (leader, waiter) = lead_and_wait(&refreshes, now);
     drop(leader);
     assert!(waiter.wait().await.is_err());
     assert!(matches!(refreshes.step(key(1, None), now), Step::Lead(_)));

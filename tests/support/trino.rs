@@ -121,7 +121,13 @@ impl Trino {
         Trino {
             _child: child,
             url: format!("http://127.0.0.1:{port}"),
-            http: reqwest::Client::new(),
+            // One Trino serves every test of the binary, each on its own runtime: a connection
+            // kept from one test's runtime is dead in the next ("runtime dropped the dispatch
+            // task"), so none is kept.
+            http: reqwest::Client::builder()
+                .pool_max_idle_per_host(0)
+                .build()
+                .expect("an HTTP client"),
         }
     }
 
