@@ -182,7 +182,7 @@ keys! {
     "upstream_queue_timeout", Some("upstream-queue-timeout"), duration(MS, DAY), Value("5s"), Restart, false,
         "the longest a request waits in that queue before it is refused the same way";
     "header_read_timeout", Some("header-read-timeout"), duration(MS, DAY), Value("10s"), Restart, false,
-        "a client's whole request head (and a TLS handshake; on HTTP/2, the connection preface); slower clients are dropped";
+        "a client's whole request head, from its first byte (and a new connection's first bytes, a TLS handshake, on HTTP/2 the connection preface); slower clients are dropped. A kept-alive connection waiting for its next request is idle, not slow";
     "idle_timeout", Some("idle-timeout"), duration(MS, DAY), Value("75s"), Restart, false,
         "a client connection with no request in flight and nothing moving on it for this long is closed gracefully (an answer still being written counts as moving; a client that reads nothing of a waiting answer for this long is cut); HTTP/2 connections are also pinged every 20 s and closed when a ping goes unanswered";
     "max_header_bytes", Some("max-header-bytes"), size(8 << 10), Value("64KiB"), Restart, false,

@@ -6,7 +6,11 @@
 //! for the idle timeout are a client that stopped reading: its connection is cut (a graceful
 //! close would wait on it for ever). On HTTP/1.1 the bytes of the next request are activity;
 //! on HTTP/2 reads are not, since the peer's answers to keep-alive pings would keep an unused
-//! connection open for ever.
+//! connection open for ever. On HTTP/1.1 the first byte read while no request is in flight
+//! starts a request head, which must be whole within the head-read timeout; a keep-alive
+//! connection that sends nothing is only idle (hyper's own head timer also runs while a
+//! connection waits for its next request, which closed idle keep-alive connections after the
+//! head-read timeout and raced clients reusing them).
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -39,6 +43,11 @@ pub struct Activity {
     /// Whether some bytes are waiting to be written, and since when they have not moved.
     unsent: AtomicBool,
     waiting_ms: AtomicU64,
+    /// Whether a request head has begun arriving (HTTP/1.1), and since when.
+    head_started: AtomicBool,
+    head_ms: AtomicU64,
+    /// Told when a head begins, so that its deadline is watched from then.
+    pub head_began: tokio::sync::Notify,
 }
 
 impl Activity {
@@ -49,6 +58,9 @@ impl Activity {
             last_ms: AtomicU64::new(0),
             unsent: AtomicBool::new(false),
             waiting_ms: AtomicU64::new(0),
+            head_started: AtomicBool::new(false),
+            head_ms: AtomicU64::new(0),
+            head_began: tokio::sync::Notify::new(),
         })
     }
 
@@ -86,6 +98,23 @@ impl Activity {
             .then(|| self.born + Duration::from_millis(self.waiting_ms.load(Ordering::Relaxed)))
     }
 
+    /// Bytes were read: with no request in flight, they begin the next request's head.
+    fn read(&self) {
+        self.touch();
+        if self.in_flight.load(Ordering::Acquire) == 0
+            && !self.head_started.swap(true, Ordering::AcqRel)
+        {
+            self.head_ms.store(self.now_ms(), Ordering::Relaxed);
+            self.head_began.notify_one();
+        }
+    }
+
+    /// Since when a request head has been arriving without being whole, if one is.
+    pub fn head_since(&self) -> Option<Instant> {
+        (self.head_started.load(Ordering::Acquire) && self.in_flight.load(Ordering::Acquire) == 0)
+            .then(|| self.born + Duration::from_millis(self.head_ms.load(Ordering::Relaxed)))
+    }
+
     /// When the connection falls idle if nothing happens, or None while a request runs.
     pub fn idle_at(&self, idle: Duration) -> Option<Instant> {
         (self.in_flight.load(Ordering::Acquire) == 0)
@@ -99,6 +128,8 @@ struct InFlight(Arc<Activity>);
 impl InFlight {
     fn start(activity: &Arc<Activity>) -> InFlight {
         activity.in_flight.fetch_add(1, Ordering::AcqRel);
+        // The head is whole: the next one starts with the next byte read after this answer.
+        activity.head_started.store(false, Ordering::Release);
         InFlight(activity.clone())
     }
 }
@@ -259,7 +290,7 @@ impl<I: AsyncRead + Unpin> AsyncRead for Watched<I> {
         let before = buf.filled().len();
         let result = Pin::new(&mut self.io).poll_read(cx, buf);
         if self.reads_count && buf.filled().len() > before {
-            self.activity.touch();
+            self.activity.read();
         }
         result
     }

@@ -46,7 +46,9 @@ impl Protocols {
         let mut http1 = hyper::server::conn::http1::Builder::new();
         http1
             .timer(TokioTimer::new())
-            .header_read_timeout(limits.header_read_timeout)
+            // Bounded in `watch_connection` from a head's first byte: hyper's timer also runs
+            // while a keep-alive connection waits, which would close it before `idle_timeout`.
+            .header_read_timeout(None)
             .max_header_size(limits.max_header_bytes)
             // `ETag` is written as `ETag` from the case map set on each response (see
             // `header_case`), which hyper's encoder reads whatever this says; preserving the
@@ -228,7 +230,8 @@ where
 }
 
 /// Drives a connection to its end, asking it to close gracefully once it has been idle for
-/// `idle_timeout` or when the listener stops.
+/// `idle_timeout` or when the listener stops, and cutting it when a request head takes longer
+/// than `header_read_timeout` from its first byte (HTTP/1.1).
 async fn watch_connection<C>(
     mut connection: Pin<&mut C>,
     limits: &Limits,
@@ -248,17 +251,29 @@ where
             false => activity.idle_at(idle).unwrap_or(now + idle),
             true => now + idle,
         };
+        let head_due = activity
+            .head_since()
+            .map(|since| since + limits.header_read_timeout);
         let wake = activity
             .stalled_since()
             .map_or(idle_at, |since| idle_at.min(since + idle));
+        let wake = head_due.map_or(wake, |due| wake.min(due));
         tokio::select! {
             result = connection.as_mut() => return result,
+            // A head began: its deadline is now part of the wake.
+            () = activity.head_began.notified() => {}
             () = stopped(shutdown), if !closing => {
                 closing = true;
                 close(connection.as_mut());
             }
             () = tokio::time::sleep_until(wake) => {
                 let now = Instant::now();
+                let head_read = limits.header_read_timeout;
+                if activity.head_since().is_some_and(|since| since + head_read <= now) {
+                    // A request head still not whole: a slow client holds nothing for long.
+                    tracing::debug!(?head_read, "a request head took too long; connection cut");
+                    return Ok(());
+                }
                 if activity.stalled_since().is_some_and(|since| since + idle <= now) {
                     // The client has read nothing for the idle timeout: a graceful close would
                     // wait on it for ever, so the connection is dropped.

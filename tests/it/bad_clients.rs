@@ -63,6 +63,90 @@ async fn a_slowloris_client_is_dropped_after_the_header_read_timeout() {
     assert!(healthy(&icecache).await);
 }
 
+/// Reads one whole answer to `GET /v1/config` (its head and `Content-Length` bytes of body) from
+/// a kept-alive connection; the status line.
+async fn one_answer(stream: &mut TcpStream) -> String {
+    let mut received = Vec::new();
+    let mut buffer = [0u8; 4096];
+    loop {
+        let n = tokio::time::timeout(crate::support::PATIENCE, stream.read(&mut buffer))
+            .await
+            .expect("an answer in time")
+            .expect("the connection reads");
+        assert_ne!(n, 0, "closed before a whole answer");
+        received.extend_from_slice(&buffer[..n]);
+        let text = String::from_utf8_lossy(&received).into_owned();
+        if let Some(end) = text.find("\r\n\r\n") {
+            let length: usize = text[..end]
+                .lines()
+                .find_map(|l| {
+                    l.to_ascii_lowercase()
+                        .strip_prefix("content-length:")
+                        .map(|v| v.trim().to_owned())
+                })
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0);
+            if received.len() >= end + 4 + length {
+                return text.lines().next().unwrap_or_default().to_owned();
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_kept_alive_connection_waits_for_its_next_request_longer_than_the_head_read_timeout() {
+    // Idle for an hour at most, but a head must be whole within a second of its first byte: a
+    // connection waiting between requests is idle, not a slow head.
+    let flags = ["--header-read-timeout", "1s", "--idle-timeout", "1h"];
+    let icecache = Icecache::start(&catalog(), &flags).await;
+    let mut stream = TcpStream::connect(address(&icecache)).await.unwrap();
+    let request = b"GET /v1/config HTTP/1.1\r\nHost: x\r\n\r\n";
+    stream.write_all(request).await.unwrap();
+    assert_eq!(one_answer(&mut stream).await, "HTTP/1.1 200 OK");
+    // Three head-read timeouts with nothing sent.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    stream.write_all(request).await.unwrap();
+    assert_eq!(
+        one_answer(&mut stream).await,
+        "HTTP/1.1 200 OK",
+        "the same connection answers"
+    );
+}
+
+#[tokio::test]
+async fn a_slow_head_on_a_kept_alive_connection_is_cut_after_the_head_read_timeout() {
+    let flags = ["--header-read-timeout", "1s", "--idle-timeout", "1h"];
+    let icecache = Icecache::start(&catalog(), &flags).await;
+    let mut stream = TcpStream::connect(address(&icecache)).await.unwrap();
+    stream
+        .write_all(b"GET /v1/config HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    assert_eq!(one_answer(&mut stream).await, "HTTP/1.1 200 OK");
+    stream
+        .write_all(b"GET /v1/config HTTP/1.1\r\n")
+        .await
+        .unwrap();
+    // A byte of a header every 100 ms, never a whole head: only the head-read timeout ends it
+    // (the connection is never idle, and its idle timeout is an hour).
+    let mut closed = false;
+    for i in 0..600 {
+        if stream.write_all(&[b'a' + (i % 26) as u8]).await.is_err() {
+            closed = true;
+            break;
+        }
+        let mut buffer = [0u8; 1024];
+        if let Ok(Ok(0)) =
+            tokio::time::timeout(Duration::from_millis(100), stream.read(&mut buffer)).await
+        {
+            closed = true;
+            break;
+        }
+    }
+    assert!(closed, "the dribbling head was never cut");
+    assert!(healthy(&icecache).await);
+}
+
 #[tokio::test]
 async fn a_megabyte_of_headers_gets_431() {
     let icecache = Icecache::start(&catalog(), &[]).await;

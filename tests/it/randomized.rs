@@ -177,7 +177,7 @@ impl Run {
         }
         let response = match request.send().await {
             Ok(response) => response,
-            Err(e) => return self.violation(format!("{caller} {table}: no answer: {e}")),
+            Err(e) => return self.violation(format!("{caller} {table}: no answer: {e:?}")),
         };
         let to = self.started.load(Ordering::SeqCst);
         let status = response.status();
