@@ -348,3 +348,29 @@ async fn a_throttled_load_is_served_stale_within_stale_if_error() {
         assert_eq!(stale.headers()["x-cache"], "STALE");
     }
 }
+
+/// A write whose outcome icecache cannot know (the catalog died before answering, answered 503,
+/// or throttled) is answered with the failure and never sent again: only the client may retry,
+/// with its own `Idempotency-Key`.
+#[tokio::test]
+async fn a_write_the_catalog_fails_reaches_it_once_and_is_never_sent_again() {
+    let (catalog, icecache) = setup(&[]).await;
+    let client = reqwest::Client::new();
+    for (mode, status) in [
+        (Mode::DieBeforeAnswer, 502),
+        (Mode::Unavailable, 503),
+        (Mode::TooMany, 429),
+    ] {
+        catalog.set(mode);
+        let before = catalog.requests();
+        let commit = client
+            .post(format!("{}{LOAD}", icecache.url))
+            .header("idempotency-key", "01937f4e-1c2b-7a3d-9e4f-5a6b7c8d9e0f")
+            .json(&serde_json::json!({ "requirements": [], "updates": [] }))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(commit.status(), status);
+        assert_eq!(catalog.requests() - before, 1, "sent once, never retried");
+    }
+}

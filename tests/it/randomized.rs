@@ -343,7 +343,7 @@ async fn no_caller_ever_sees_anothers_key_a_stale_secret_or_a_state_older_than_i
     let icecache = Icecache::start(&catalog.url, &["--config", config.path()]).await;
     let run = Arc::new(Run {
         icecache,
-        h1: reqwest::Client::new(),
+        h1: pooled(),
         h2: reqwest::Client::builder()
             .http2_prior_knowledge()
             .build()
@@ -426,7 +426,7 @@ async fn every_load_after_a_commit_reflects_it_under_a_busy_skewed_workload() {
     let icecache = Icecache::start(&catalog.url, &["--fresh-for", "1h"]).await;
     let run = Arc::new(Run {
         icecache,
-        h1: reqwest::Client::new(),
+        h1: pooled(),
         h2: reqwest::Client::builder()
             .http2_prior_knowledge()
             .build()
@@ -471,4 +471,13 @@ async fn every_load_after_a_commit_reflects_it_under_a_busy_skewed_workload() {
         run.answers.load(Ordering::Relaxed),
         &violations[..violations.len().min(10)]
     );
+}
+
+/// An HTTP/1.1 client whose pool lets a connection go well before icecache's `idle_timeout`
+/// (75 s) closes it, as a well-configured client does: a request never races that close.
+fn pooled() -> reqwest::Client {
+    reqwest::Client::builder()
+        .pool_idle_timeout(Duration::from_secs(30))
+        .build()
+        .unwrap()
 }
