@@ -14,6 +14,7 @@ use crate::cache::{CacheError, CachePhase, Failure};
 use crate::catalog::route::{Operation, RouteError};
 use crate::origin::{OriginError, UnsendablePath};
 use crate::policy::stage::Refusal;
+use crate::replays::Refused as ReplayRefused;
 use crate::wire::body::{empty, full, Body, ReadError};
 use crate::wire::host::HostError;
 
@@ -50,7 +51,12 @@ pub enum ProxyError {
          unknown to the tier"
     )]
     WriteUnseen,
+    #[error(transparent)]
+    Replay(#[from] ReplayRefused),
 }
+
+/// "Come back in a second."
+static ONE_SECOND: HeaderValue = HeaderValue::from_static("1");
 
 impl ProxyError {
     pub fn status(&self) -> StatusCode {
@@ -67,6 +73,12 @@ impl ProxyError {
             ProxyError::OutOfTouch => StatusCode::SERVICE_UNAVAILABLE,
             // What the spec gives a gateway when "the commit state is unknown".
             ProxyError::WriteUnseen => StatusCode::BAD_GATEWAY,
+            ProxyError::Replay(refused) => match refused {
+                ReplayRefused::BadKey(_) => StatusCode::BAD_REQUEST,
+                ReplayRefused::InFlight => StatusCode::CONFLICT,
+                ReplayRefused::Reused => StatusCode::UNPROCESSABLE_ENTITY,
+                ReplayRefused::Store(_) => StatusCode::SERVICE_UNAVAILABLE,
+            },
             ProxyError::Cache(failure) => match &failure.error {
                 CacheError::Origin(e) => e.status(),
                 CacheError::Refused(_) | CacheError::Abandoned => StatusCode::BAD_GATEWAY,
@@ -85,6 +97,8 @@ impl ProxyError {
             StatusCode::PAYLOAD_TOO_LARGE => "RequestTooLargeException",
             StatusCode::REQUEST_TIMEOUT => "RequestTimeoutException",
             StatusCode::TOO_MANY_REQUESTS => "TooManyRequestsException",
+            StatusCode::CONFLICT => "ConflictException",
+            StatusCode::UNPROCESSABLE_ENTITY => "UnprocessableEntityException",
             _ => "BadRequestException",
         }
     }
@@ -92,6 +106,9 @@ impl ProxyError {
     /// The `Retry-After` the client gets, when the catalog asked for patience.
     fn retry_after(&self) -> Option<&HeaderValue> {
         match self {
+            ProxyError::Replay(ReplayRefused::InFlight | ReplayRefused::Store(_)) => {
+                Some(&ONE_SECOND)
+            }
             ProxyError::Origin(e) => e.retry_after(),
             ProxyError::Cache(Failure {
                 error: CacheError::Origin(e),
@@ -118,6 +135,9 @@ impl ProxyError {
                 | ProxyError::Host(_)
                 | ProxyError::Tunnel
                 | ProxyError::RequestBody(_)
+                | ProxyError::Replay(
+                    ReplayRefused::BadKey(_) | ReplayRefused::InFlight | ReplayRefused::Reused
+                )
         )
     }
 }

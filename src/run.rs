@@ -29,7 +29,9 @@ use crate::origin::Origin;
 use crate::policy::identity::IdentityHasher;
 use crate::policy::stage::Stage;
 use crate::proxy;
+use crate::redis_replays::RedisReplays;
 use crate::redis_tier::RedisTier;
+use crate::replays::{LocalReplays, ReplayStore};
 use crate::state::State;
 use crate::telemetry::logging::SetLogLevel;
 use crate::telemetry::{EventMetrics, Metrics, Reloaded};
@@ -147,6 +149,11 @@ pub async fn run(
         )),
         None => Arc::new(tier::Local),
     };
+    // Replays live where a retry on any replica finds them.
+    let replays: Arc<dyn ReplayStore> = match &cluster {
+        Some(cluster) => Arc::new(RedisReplays::new(cluster.clone())),
+        None => Arc::new(LocalReplays::new()),
+    };
     let cache = settings.cache.enabled.then(|| {
         Cache::new(
             &settings,
@@ -198,6 +205,7 @@ pub async fn run(
         origin,
         cache,
         tier,
+        replays,
         metrics,
         stage,
         identity,

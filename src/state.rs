@@ -15,6 +15,7 @@ use crate::events::Liveness;
 use crate::origin::Origin;
 use crate::policy::identity::IdentityHasher;
 use crate::policy::stage::Stage;
+use crate::replays::ReplayStore;
 use crate::telemetry::Metrics;
 
 pub struct State {
@@ -24,6 +25,8 @@ pub struct State {
     pub cache: Option<Arc<Cache>>,
     /// The other replicas, if any (`cache::tier::Local` when none).
     pub tier: Arc<dyn Tier>,
+    /// Final answers kept for retries with an `Idempotency-Key` (`idempotency = "provide"`).
+    pub replays: Arc<dyn ReplayStore>,
     pub metrics: Arc<Metrics>,
     /// The policy stage every answer that may carry credentials passes.
     pub stage: Arc<Stage>,

@@ -96,6 +96,22 @@ pub fn read(
     })
 }
 
+/// The member of a config that says the server honours `Idempotency-Key` (spec 1.11).
+pub const IDEMPOTENCY_LIFETIME: &str = "idempotency-key-lifetime";
+
+/// A config that advertises `lifetime` as its `idempotency-key-lifetime`, when it is a JSON
+/// object that advertises none (in any spelling: the catalog's own lifetime stands); None
+/// when nothing is to change.
+pub fn advertise_lifetime(body: &[u8], lifetime: &str) -> Option<Bytes> {
+    let mut config: Value = serde_json::from_slice(body).ok()?;
+    let object = config.as_object_mut()?;
+    if object.keys().any(|key| fold(key) == IDEMPOTENCY_LIFETIME) {
+        return None;
+    }
+    object.insert(IDEMPOTENCY_LIFETIME.to_owned(), Value::from(lifetime));
+    Some(Bytes::from(config.to_string()))
+}
+
 /// The namespace separator in force: the configured one until the catalog advertises its own.
 pub struct Separator(ArcSwap<String>);
 
@@ -224,5 +240,30 @@ mod tests {
         assert_eq!(separator.get().as_str(), "%1F");
         separator.learn("%2E");
         assert_eq!(separator.get().as_str(), "%2E");
+    }
+
+    #[test]
+    fn a_lifetime_is_advertised_where_the_catalog_advertises_none() {
+        let body = br#"{"defaults":{},"overrides":{}}"#;
+        let rewritten: Value =
+            serde_json::from_slice(&advertise_lifetime(body, "PT30M").unwrap()).unwrap();
+        assert_eq!(rewritten["idempotency-key-lifetime"], "PT30M");
+        assert_eq!(rewritten["defaults"], serde_json::json!({}));
+    }
+
+    #[test]
+    fn the_catalogs_own_lifetime_stands_in_any_spelling() {
+        for body in [
+            &br#"{"idempotency-key-lifetime":"PT24H"}"#[..],
+            br#"{"Idempotency-Key-Lifetime":"PT1H"}"#,
+        ] {
+            assert_eq!(advertise_lifetime(body, "PT30M"), None);
+        }
+    }
+
+    #[test]
+    fn a_config_that_is_not_an_object_gets_no_lifetime() {
+        assert_eq!(advertise_lifetime(b"[]", "PT30M"), None);
+        assert_eq!(advertise_lifetime(b"nope", "PT30M"), None);
     }
 }

@@ -18,6 +18,7 @@ mod health;
 mod members;
 mod names;
 mod redis_parts;
+mod replays;
 pub mod settings;
 mod shared;
 mod subscription;
@@ -85,6 +86,8 @@ pub struct Cluster {
     invalidations: Mutex<Option<mpsc::UnboundedReceiver<Touched>>>,
     listening: Arc<Listening>,
     release: redis::Script,
+    replay_claim: redis::Script,
+    replay_finish: redis::Script,
 }
 
 /// Deletes the lease only when this replica still holds it.
@@ -147,6 +150,8 @@ impl Cluster {
             invalidations: Mutex::new(Some(invalidations)),
             listening: Arc::default(),
             release: redis::Script::new(RELEASE),
+            replay_claim: redis::Script::new(replays::CLAIM),
+            replay_finish: redis::Script::new(replays::FINISH),
         });
         tokio::spawn(
             Subscriber {
@@ -426,6 +431,11 @@ impl Cluster {
             |mut c| async move { invocation.invoke_async::<i64>(&mut c).await },
         )
         .await;
+    }
+
+    /// A sub-key of the cluster key for one use.
+    pub fn subkey(&self, purpose: &str) -> [u8; 32] {
+        self.settings.key.subkey(purpose)
     }
 
     /// One Redis round trip, counted under `kind` and bounded by `redis_timeout`. A failure or

@@ -86,6 +86,12 @@ impl Names {
         self.hash("l", &[identity])
     }
 
+    /// Where a kept answer to a request with an `Idempotency-Key` lives; `id` names the caller
+    /// and the key.
+    pub fn replay(&self, id: &[u8]) -> String {
+        self.hash("r", &[id])
+    }
+
     pub fn channel(&self) -> String {
         format!("{}:invalidations", self.prefix)
     }

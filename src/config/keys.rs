@@ -181,6 +181,10 @@ keys! {
         "requests that wait for a place at the catalog when `upstream_max_in_flight` is reached; one more is refused at once without reaching the catalog: a load is then served stale within `stale_if_error`, anything else gets `503` with `Retry-After: 1`";
     "upstream_queue_timeout", Some("upstream-queue-timeout"), duration(MS, DAY), Value("5s"), Restart, false,
         "the longest a request waits in that queue before it is refused the same way";
+    "idempotency", Some("idempotency"), Kind::Choice(&["pass-through", "provide"]), Value("pass-through"), Applied, false,
+        "a client's `Idempotency-Key` on a mutation (spec 1.11): `pass-through` (it reaches the catalog unchanged; icecache keeps nothing) or `provide` (it still reaches the catalog, and icecache also keeps each final answer and replays it to a retry with the same key, in Redis when there is a tier; `/v1/config` then advertises `idempotency-key-lifetime` when the catalog does not; see [reliability](reliability.md))";
+    "idempotency_key_lifetime", Some("idempotency-key-lifetime"), duration(Duration::from_secs(1), Duration::from_secs(7 * 86_400)), Value("30m"), Applied, false,
+        "under `provide`, how long a final answer is replayed; advertised to clients as `idempotency-key-lifetime` (ISO-8601, e.g. `PT30M`)";
     "header_read_timeout", Some("header-read-timeout"), duration(MS, DAY), Value("10s"), Restart, false,
         "a client's whole request head, from its first byte (and a new connection's first bytes, a TLS handshake, on HTTP/2 the connection preface); slower clients are dropped. A kept-alive connection waiting for its next request is idle, not slow";
     "idle_timeout", Some("idle-timeout"), duration(MS, DAY), Value("75s"), Restart, false,

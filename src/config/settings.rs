@@ -17,6 +17,7 @@ use crate::listener::tls::{ListenerTls, UpstreamTls};
 use crate::origin::gate::Limits;
 use crate::origin::UpstreamUrl;
 use crate::policy::Policies;
+use crate::replays::Idempotency;
 use crate::secret::Secret;
 use crate::telemetry::logging::LogFormat;
 
@@ -47,6 +48,10 @@ pub struct Settings {
     pub request_timeout: Duration,
     /// The catalog's protection: requests at it at once, and the queue for a place.
     pub upstream_limits: Limits,
+    /// Whether icecache keeps and replays final answers to requests with an `Idempotency-Key`,
+    /// and for how long.
+    pub idempotency: Idempotency,
+    pub idempotency_key_lifetime: Duration,
     pub header_read_timeout: Duration,
     pub idle_timeout: Duration,
     pub max_header_bytes: usize,

@@ -17,6 +17,7 @@ use crate::origin::gate::Limits;
 use crate::origin::UpstreamUrl;
 use crate::policy::identity::identity_headers;
 use crate::policy::{self, InjectSource, KeyPatterns, PolicySettings};
+use crate::replays::Idempotency;
 use crate::secret::Secret;
 use crate::telemetry::logging::LogFormat;
 
@@ -72,6 +73,10 @@ impl TryFrom<&Raw> for Settings {
             queue: whole(p.count("upstream_queue")),
             queue_timeout: p.duration("upstream_queue_timeout"),
         };
+        let idempotency = p
+            .choice::<Idempotency>("idempotency")
+            .unwrap_or(Idempotency::PassThrough);
+        let idempotency_key_lifetime = p.duration("idempotency_key_lifetime");
         let header_read_timeout = p.duration("header_read_timeout");
         let idle_timeout = p.duration("idle_timeout");
         let shutdown_grace = p.duration("shutdown_grace");
@@ -178,6 +183,8 @@ impl TryFrom<&Raw> for Settings {
                 connect_timeout,
                 request_timeout,
                 upstream_limits,
+                idempotency,
+                idempotency_key_lifetime,
                 header_read_timeout,
                 idle_timeout,
                 max_header_bytes: usize::try_from(max_header_bytes).unwrap_or(usize::MAX),

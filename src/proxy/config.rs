@@ -1,7 +1,8 @@
 //! `GET /v1/config`: asked for uncompressed, read, its `uri` pointed back at icecache, its
 //! separator and its existence checks learned, its `endpoints` completed with the checks
-//! icecache answers, and (under `strip` and `inject`) its secrets removed, or refused when it is
-//! not a JSON object icecache can read.
+//! icecache answers, its `idempotency-key-lifetime` advertised under `idempotency = "provide"`
+//! (when the catalog advertises none), and (under `strip` and `inject`) its secrets removed, or
+//! refused when it is not a JSON object icecache can read.
 
 use http::header::{self, HeaderValue};
 use http::{Request, Response, StatusCode};
@@ -13,6 +14,7 @@ use crate::catalog::config_rewrite;
 use crate::error::ProxyError;
 use crate::policy::stage::Refusal;
 use crate::policy::Credentials;
+use crate::replays::{iso_duration, Idempotency};
 use crate::wire::body::{full, read_to_bytes, stream, Body};
 use crate::wire::encoding::decode;
 use crate::wire::headers::remove_hop_by_hop;
@@ -63,7 +65,13 @@ pub async fn serve(
     if let Some(heads) = answer.as_ref().and_then(|a| a.heads) {
         exchange.state.heads.learn(heads);
     }
-    let body = answer.and_then(|a| a.rewritten).unwrap_or(plain);
+    let mut body = answer.and_then(|a| a.rewritten).unwrap_or(plain);
+    if exchange.settings.idempotency == Idempotency::Provide {
+        let lifetime = iso_duration(exchange.settings.idempotency_key_lifetime);
+        if let Some(advertised) = config_rewrite::advertise_lifetime(&body, &lifetime) {
+            body = advertised;
+        }
+    }
     if body != raw {
         // The catalog's validators named the bytes it sent, not these.
         parts.headers.remove(header::ETAG);

@@ -2,13 +2,16 @@
 //! (catalog::route), then serve loadTable and loadView from the cache (`load`), answer existence
 //! checks from it when it can (`exists`), pass writes through and invalidate what they may have
 //! changed (`write`), rewrite `/v1/config` (`config`), absorb credential refresh herds under
-//! `passthrough` (`refresh`), and relay everything else (`relay`), with
-//! the policy stage on every answer that may carry credentials.
+//! `passthrough` (`refresh`), keep and replay the answers of mutations that carry an
+//! `Idempotency-Key` under `idempotency = "provide"` (`idempotent`, `kept`), and relay
+//! everything else (`relay`), with the policy stage on every answer that may carry credentials.
 //! Failures travel back as values and are written once (`error::respond`).
 
 mod config;
 mod exchange;
 mod exists;
+mod idempotent;
+mod kept;
 mod load;
 mod refresh;
 mod relay;
@@ -25,7 +28,9 @@ use crate::catalog::route::{classify, operation_of, Operation, Route};
 use crate::catalog::writes;
 use crate::error::{self, ProxyError};
 use crate::policy::Credentials;
+use crate::replays::{self, Idempotency, Refused};
 use crate::state::State;
+use crate::telemetry::replays::ReplayOutcome;
 use crate::wire::body::Body;
 use crate::wire::host::check_host;
 use exchange::{Answer, Exchange};
@@ -143,6 +148,18 @@ async fn dispatch(
     {
         if let Some(cache) = exchange.state.cache.clone() {
             return refresh::serve(exchange, request, cache).await;
+        }
+    }
+    if exchange.settings.idempotency == Idempotency::Provide
+        && idempotent::guards(&exchange.route, request.method())
+    {
+        match replays::read_key(request.headers()) {
+            Err(bad) => {
+                exchange.state.metrics.replays.count(ReplayOutcome::BadKey);
+                return Err(Refused::BadKey(bad).into());
+            }
+            Ok(Some(key)) => return Box::pin(idempotent::serve(exchange, request, key)).await,
+            Ok(None) => {}
         }
     }
     if writes::is_write(&exchange.route, request.method()) {

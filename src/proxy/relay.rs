@@ -13,12 +13,23 @@ use crate::catalog::route::Operation;
 use crate::error::ProxyError;
 use crate::origin::OriginRequest;
 use crate::policy::stage::{self, Shape};
-use crate::wire::body::{pieces, read_to_bytes, stream, Body};
+use crate::wire::body::{pieces, read_body, stream, Body};
 use crate::wire::headers::remove_hop_by_hop;
 
 pub async fn relay(
     exchange: &Exchange<'_>,
     response: Response<Incoming>,
+    shape: Option<Shape>,
+) -> Result<Response<Body>, ProxyError> {
+    let idle = exchange.settings.request_timeout;
+    relay_body(exchange, response.map(|body| stream(body, idle)), shape).await
+}
+
+/// `relay` for an answer whose body is icecache's own already (read whole, or streamed with
+/// its idle bound).
+pub async fn relay_body(
+    exchange: &Exchange<'_>,
+    response: Response<Body>,
     shape: Option<Shape>,
 ) -> Result<Response<Body>, ProxyError> {
     let (mut parts, body) = response.into_parts();
@@ -29,14 +40,14 @@ pub async fn relay(
         parts.headers.remove(header::ETAG);
     }
     if !processes(shape, &exchange.policy) || body.is_end_stream() {
-        return Ok(Response::from_parts(parts, stream(body, idle)));
+        return Ok(Response::from_parts(parts, body));
     }
     // A successful answer is read in its route's shape; any other JSON object is scrubbed too.
     let shape = match shape {
         Some(shape) if parts.status.is_success() => shape,
         _ => Shape::Unknown,
     };
-    let bytes = read_to_bytes(body, POLICY_READ_LIMIT, idle)
+    let bytes = read_body(body, POLICY_READ_LIMIT, idle)
         .await
         .map_err(|e| ProxyError::Origin(exchange.state.origin.read_failed(e)))?;
     // Asked for the identity encoding; a catalog that encodes anyway is decoded, not trusted.

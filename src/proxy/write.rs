@@ -4,12 +4,16 @@
 //! the cache by sending writes it is not allowed to make; a conflict (409) is the exception: it
 //! says the table moved behind the writer's back. A write the other replicas of a tier
 //! may never see (this replica was cut off from Redis for `cluster.member_timeout` by the time
-//! the catalog answered) is not reported as a success.
+//! the catalog answered) is not reported as a success. A write that holds an
+//! `Idempotency-Key` under `provide` (`serve_held`) has its answer kept for the key's retries
+//! in the same task (see `kept`).
 
+use bytes::Bytes;
 use http::Request;
 use hyper::body::Incoming;
 
 use super::exchange::{answer_shape, origin_request, Exchange};
+use super::kept::Keeping;
 use super::relay;
 use crate::cache::Cause;
 use crate::catalog::writes::{names_in_body, touched, Touched};
@@ -18,8 +22,9 @@ use crate::error::ProxyError;
 use crate::policy::stage::OFFLOAD_BYTES;
 use crate::wire::body::{full, read_to_bytes, stream, Body};
 
-/// Largest request body icecache reads to learn which tables a write names.
-const MAX_INSPECTED_BODY: usize = 64 << 20;
+/// Largest request body icecache reads to learn which tables a write names (or to fingerprint
+/// a request with an `Idempotency-Key`).
+pub const MAX_INSPECTED_BODY: usize = 64 << 20;
 
 pub async fn serve(
     exchange: Exchange<'_>,
@@ -40,12 +45,43 @@ pub async fn serve(
     } else {
         (stream(body, idle), touched(&exchange.route, None))
     };
+    send(&exchange, &parts, body, touched, None).await
+}
+
+/// A write whose body was read already, holding its `Idempotency-Key`: its answer is kept for
+/// the key's retries when final (see `kept`).
+pub async fn serve_held(
+    exchange: Exchange<'_>,
+    parts: http::request::Parts,
+    bytes: Bytes,
+    keeping: Keeping,
+) -> Result<http::Response<Body>, ProxyError> {
+    if exchange.state.tier.refuses_writes() {
+        return Err(ProxyError::OutOfTouch);
+    }
+    let touched = if names_in_body(exchange.route.operation) {
+        read_touched(&exchange, bytes.clone()).await
+    } else {
+        touched(&exchange.route, None)
+    };
+    send(&exchange, &parts, full(bytes), touched, Some(keeping)).await
+}
+
+async fn send(
+    exchange: &Exchange<'_>,
+    parts: &http::request::Parts,
+    body: Body,
+    touched: Touched,
+    keeping: Option<Keeping>,
+) -> Result<http::Response<Body>, ProxyError> {
+    let operation = exchange.route.operation;
     let shape = answer_shape(operation);
-    let sent = origin_request(&exchange, &parts, shape)?;
+    let sent = origin_request(exchange, parts, shape)?;
     // The exchange with the catalog and the invalidation run in a task of their own: a client
     // that gives up while its write is on its way does not stop the write from counting.
     let origin = exchange.state.origin.clone();
     let cache = exchange.state.cache.clone();
+    let idle = exchange.settings.request_timeout;
     let exchanged = tokio::spawn(async move {
         let result = origin.send(sent, body).await;
         let invalidates = match &result {
@@ -60,7 +96,13 @@ pub async fn serve(
                     .await;
             }
         }
-        (result, cover)
+        let answer = match keeping {
+            Some(keeping) => keeping.settle(result).await,
+            None => result
+                .map(|response| response.map(|body| stream(body, idle)))
+                .map_err(ProxyError::from),
+        };
+        (answer, cover)
     })
     .await
     .map_err(|_| ProxyError::Internal)?;
@@ -71,7 +113,7 @@ pub async fn serve(
         // what the other replicas cannot keep.
         return Err(ProxyError::WriteUnseen);
     }
-    relay::relay(&exchange, answer, shape).await
+    relay::relay_body(exchange, answer, shape).await
 }
 
 /// Whether a write answered with `status` invalidates what it names: one that may have happened
@@ -83,7 +125,7 @@ fn invalidates(status: http::StatusCode) -> bool {
 }
 
 /// What the body names, read off the async threads when it is large.
-async fn read_touched(exchange: &Exchange<'_>, bytes: bytes::Bytes) -> Touched {
+async fn read_touched(exchange: &Exchange<'_>, bytes: Bytes) -> Touched {
     if bytes.len() < OFFLOAD_BYTES {
         return touched(&exchange.route, Some(&bytes));
     }

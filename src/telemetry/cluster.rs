@@ -37,6 +37,7 @@ pub enum RoundTrip {
     LeaseCheck,
     Beat,
     Probe,
+    Replay,
 }
 
 impl Label for RoundTrip {
@@ -52,11 +53,12 @@ impl Label for RoundTrip {
             RoundTrip::LeaseCheck => "lease_check",
             RoundTrip::Beat => "beat",
             RoundTrip::Probe => "probe",
+            RoundTrip::Replay => "replay",
         }
     }
 }
 
-const ROUND_TRIPS: [RoundTrip; 10] = [
+const ROUND_TRIPS: [RoundTrip; 11] = [
     RoundTrip::Round,
     RoundTrip::Create,
     RoundTrip::Announce,
@@ -67,6 +69,7 @@ const ROUND_TRIPS: [RoundTrip; 10] = [
     RoundTrip::LeaseCheck,
     RoundTrip::Beat,
     RoundTrip::Probe,
+    RoundTrip::Replay,
 ];
 
 /// What became of an entry shared through Redis.

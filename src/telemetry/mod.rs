@@ -10,6 +10,7 @@ pub mod credentials;
 pub mod events;
 pub mod logging;
 mod registry;
+pub mod replays;
 pub mod requests;
 pub mod upstream;
 
@@ -24,6 +25,7 @@ pub use cluster::ClusterMetrics;
 pub use credentials::CredentialMetrics;
 pub use events::EventMetrics;
 pub use registry::Label;
+pub use replays::ReplayMetrics;
 pub use requests::RequestMetrics;
 pub use upstream::UpstreamMetrics;
 
@@ -36,6 +38,7 @@ pub struct Metrics {
     pub credentials: Arc<CredentialMetrics>,
     pub cluster: Arc<ClusterMetrics>,
     pub events: Arc<EventMetrics>,
+    pub replays: Arc<ReplayMetrics>,
     reloads: IntCounterVec,
 }
 
@@ -83,6 +86,7 @@ impl Metrics {
             credentials: Arc::new(CredentialMetrics::new(&r)),
             cluster: Arc::new(ClusterMetrics::new(&r)),
             events: Arc::new(EventMetrics::new(&r)),
+            replays: Arc::new(ReplayMetrics::new(&r)),
             reloads,
             registry: r,
         }

@@ -98,6 +98,17 @@ pub enum ReadError {
 /// Reads a body whole, at most `limit` bytes, with at most `idle` between frames. The bytes are
 /// copied into a buffer of exactly their length: a small body read here never keeps a large
 /// read buffer alive.
+/// `read_to_bytes` for icecache's own body type, as a boxed future: the generic one, awaited
+/// inside a future that must be `Send` for every lifetime, trips the compiler's higher-ranked
+/// `From` check on `BoxError`.
+pub fn read_body(
+    body: Body,
+    limit: usize,
+    idle: Duration,
+) -> futures::future::BoxFuture<'static, Result<Bytes, ReadError>> {
+    Box::pin(read_to_bytes(body, limit, idle))
+}
+
 pub async fn read_to_bytes<B>(body: B, limit: usize, idle: Duration) -> Result<Bytes, ReadError>
 where
     B: http_body::Body<Data = Bytes> + Send + 'static,

@@ -22,6 +22,7 @@ mod events_nats;
 mod events_seaweedfs;
 mod existence_checks;
 mod fuzz_findings;
+mod idempotency;
 mod load_credentials;
 mod passthrough;
 mod path_spellings;
