@@ -11,4 +11,5 @@ mod support;
 mod faults;
 mod one_cache;
 mod partitions;
+mod replays;
 mod replica;

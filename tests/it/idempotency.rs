@@ -7,6 +7,7 @@
 use serde_json::{json, Value};
 
 use crate::support::relay::Relay;
+use crate::support::standin::{vended_keys, Shape, StandIn};
 use crate::support::{catalog, eventually, get_json, metric, unique, Api, Icecache};
 
 struct Setup {
@@ -211,6 +212,27 @@ async fn by_default_a_retry_reaches_the_catalog_again() {
     assert_eq!(s.commits_seen("t"), 2);
 }
 
+/// A commit with `key` that the catalog has received and whose answer it holds back, and the
+/// handle that releases it.
+async fn commit_held_at_the_catalog(
+    s: &std::sync::Arc<Setup>,
+    key: &'static str,
+) -> (
+    std::sync::Arc<tokio::sync::Notify>,
+    tokio::task::JoinHandle<reqwest::StatusCode>,
+) {
+    let release = s.relay.hold_responses();
+    let first = tokio::spawn({
+        let s = s.clone();
+        async move { s.commit("t", key, "one").await.status() }
+    });
+    eventually("the first commit reaches the catalog", || async {
+        s.commits_seen("t") == 1
+    })
+    .await;
+    (release, first)
+}
+
 /// Releases a held relay until `done` finishes (each held frame waits for one notification).
 async fn release_until<T>(
     release: std::sync::Arc<tokio::sync::Notify>,
@@ -231,15 +253,7 @@ async fn release_until<T>(
 async fn a_retry_while_the_first_is_at_the_catalog_is_told_to_come_back() {
     let s = std::sync::Arc::new(Setup::provided().await);
     let key = "0193a0b4-0000-7000-8000-000000000007";
-    let release = s.relay.hold_responses();
-    let first = tokio::spawn({
-        let s = s.clone();
-        async move { s.commit("t", key, "one").await.status() }
-    });
-    eventually("the first commit reaches the catalog", || async {
-        s.commits_seen("t") == 1
-    })
-    .await;
+    let (release, first) = commit_held_at_the_catalog(&s, key).await;
     let retry = s.commit("t", key, "one").await;
     assert_eq!(retry.status(), 409);
     assert!(retry.headers().contains_key("retry-after"));
@@ -253,15 +267,7 @@ async fn a_retry_while_the_first_is_at_the_catalog_is_told_to_come_back() {
 async fn an_answer_is_kept_when_its_client_gave_up_waiting() {
     let s = std::sync::Arc::new(Setup::provided().await);
     let key = "0193a0b4-0000-7000-8000-000000000008";
-    let release = s.relay.hold_responses();
-    let first = tokio::spawn({
-        let s = s.clone();
-        async move { s.commit("t", key, "one").await.status() }
-    });
-    eventually("the first commit reaches the catalog", || async {
-        s.commits_seen("t") == 1
-    })
-    .await;
+    let (release, first) = commit_held_at_the_catalog(&s, key).await;
     first.abort();
     let _ = first.await;
     // The answer, released now, is still kept for the key: the retry is a replay.
@@ -282,4 +288,89 @@ async fn an_answer_is_kept_when_its_client_gave_up_waiting() {
     assert_eq!(status, 200);
     assert_eq!(marked.as_deref(), Some("true"));
     assert_eq!(s.commits_seen("t"), 1);
+}
+
+/// A stand-in whose commits and scan plans vend credentials, behind icecache with `extra`.
+async fn vending(extra: &[&str]) -> (StandIn, Icecache) {
+    let catalog = StandIn::start(Shape {
+        commit_vends: true,
+        ..Shape::default()
+    })
+    .await;
+    catalog.create("t");
+    let mut flags = vec!["--idempotency", "provide"];
+    flags.extend_from_slice(extra);
+    let icecache = Icecache::start(&catalog.url, &flags).await;
+    (catalog, icecache)
+}
+
+async fn send_with_key(client: &reqwest::Client, url: &str, key: &str) -> reqwest::Response {
+    client
+        .post(url)
+        .bearer_auth("alice")
+        .header("idempotency-key", key)
+        .json(&json!({ "requirements": [], "updates": [] }))
+        .send()
+        .await
+        .expect("sent")
+}
+
+#[tokio::test]
+async fn a_replay_under_strip_carries_no_credentials_on_commits_and_scan_plans() {
+    let (catalog, icecache) = vending(&["--credentials", "strip"]).await;
+    let client = reqwest::Client::new();
+    let table = format!("{}/v1/namespaces/db/tables/t", icecache.url);
+    for (n, url) in [table.clone(), format!("{table}/plan")].iter().enumerate() {
+        let key = format!("0193a0b4-0000-7000-8000-0000000001{n:02}");
+        let first = send_with_key(&client, url, &key).await;
+        assert_eq!(first.status(), 200, "{url}");
+        let first_text = first.text().await.unwrap();
+        assert_eq!(vended_keys(&first_text), Vec::<String>::new(), "{url}");
+        let retry = send_with_key(&client, url, &key).await;
+        assert_eq!(replayed(&retry), Some("true"), "{url}");
+        let text = retry.text().await.unwrap();
+        assert_eq!(vended_keys(&text), Vec::<String>::new(), "{url}: {text}");
+        let suffix = url.trim_start_matches(&icecache.url);
+        let sent = catalog
+            .seen()
+            .iter()
+            .filter(|s| s.method == "POST" && s.path.ends_with(suffix))
+            .count();
+        assert_eq!(sent, 1, "{url}: sent again");
+    }
+}
+
+#[tokio::test]
+async fn a_replay_under_passthrough_is_the_catalogs_answer_as_first_sent() {
+    let (catalog, icecache) = vending(&[]).await;
+    let client = reqwest::Client::new();
+    let table = format!("{}/v1/namespaces/db/tables/t", icecache.url);
+    let key = "0193a0b4-0000-7000-8000-000000000201";
+    let first = send_with_key(&client, &table, key)
+        .await
+        .text()
+        .await
+        .unwrap();
+    assert!(!vended_keys(&first).is_empty(), "{first}");
+    let retry = send_with_key(&client, &table, key).await;
+    assert_eq!(replayed(&retry), Some("true"));
+    assert_eq!(retry.text().await.unwrap(), first);
+    assert_eq!(catalog.version("t"), Some(2), "one commit after the create");
+}
+
+#[tokio::test]
+async fn a_retry_over_http2_is_replayed_like_one_over_http1() {
+    let (catalog, icecache) = vending(&[]).await;
+    let table = format!("{}/v1/namespaces/db/tables/t", icecache.url);
+    let key = "0193a0b4-0000-7000-8000-000000000301";
+    let first = send_with_key(&reqwest::Client::new(), &table, key).await;
+    assert_eq!(first.status(), 200);
+    let h2 = reqwest::Client::builder()
+        .http2_prior_knowledge()
+        .build()
+        .unwrap();
+    let retry = send_with_key(&h2, &table, key).await;
+    assert_eq!(retry.version(), reqwest::Version::HTTP_2);
+    assert_eq!(replayed(&retry), Some("true"));
+    assert_eq!(catalog.version("t"), Some(2), "one commit after the create");
 }
