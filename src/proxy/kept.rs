@@ -58,6 +58,9 @@ impl Keeping {
                 ProxyError::Origin(self.origin.read_failed(e))
             })?;
         let mut kept_headers = parts.headers.clone();
+        if self.shared {
+            without_secret_headers(&mut kept_headers, &self.secrets);
+        }
         let kept_body = decode(&mut kept_headers, bytes.clone(), POLICY_READ_LIMIT)
             .ok()
             .and_then(|plain| self.storable(plain));
@@ -91,5 +94,41 @@ impl Keeping {
         }
         let walked = without_named(&plain, |name| self.secrets.matches(name)).ok()?;
         Some(Bytes::from(walked.text.into_owned()))
+    }
+}
+
+/// A shared store keeps no cookie and no header named like a secret (a replay from it may lack
+/// one; the caller who needs it retries with a new key).
+fn without_secret_headers(headers: &mut http::HeaderMap, secrets: &KeyPatterns) {
+    let secret: Vec<header::HeaderName> = headers
+        .keys()
+        .filter(|name| **name == header::SET_COOKIE || secrets.matches(name.as_str()))
+        .cloned()
+        .collect();
+    for name in secret {
+        headers.remove(name);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_shared_record_keeps_no_cookie_and_no_header_named_like_a_secret() {
+        let mut headers = http::HeaderMap::new();
+        for (name, value) in [
+            ("set-cookie", "session=s"),
+            ("password", "p"),
+            ("token", "t"),
+            ("content-type", "application/json"),
+            ("x-request-id", "r"),
+        ] {
+            headers.append(name, HeaderValue::from_static(value));
+        }
+        without_secret_headers(&mut headers, &KeyPatterns::default());
+        let mut left: Vec<&str> = headers.keys().map(|n| n.as_str()).collect();
+        left.sort_unstable();
+        assert_eq!(left, ["content-type", "x-request-id"]);
     }
 }
