@@ -8,7 +8,9 @@ use serde_json::{json, Value};
 
 use crate::support::relay::Relay;
 use crate::support::standin::{vended_keys, Shape, StandIn};
-use crate::support::{catalog, eventually, get_json, metric, unique, Api, Icecache};
+use crate::support::{
+    catalog, commit_with_key, eventually, get_json, metric, replayed, unique, Api, Icecache,
+};
 
 struct Setup {
     relay: Relay,
@@ -56,13 +58,6 @@ impl Setup {
         self.relay
             .count("POST", &format!("/{}/tables/{name}", self.namespace))
     }
-}
-
-fn replayed(response: &reqwest::Response) -> Option<&str> {
-    response
-        .headers()
-        .get("idempotent-replayed")
-        .and_then(|v| v.to_str().ok())
 }
 
 #[tokio::test]
@@ -304,17 +299,6 @@ async fn vending(extra: &[&str]) -> (StandIn, Icecache) {
     (catalog, icecache)
 }
 
-async fn send_with_key(client: &reqwest::Client, url: &str, key: &str) -> reqwest::Response {
-    client
-        .post(url)
-        .bearer_auth("alice")
-        .header("idempotency-key", key)
-        .json(&json!({ "requirements": [], "updates": [] }))
-        .send()
-        .await
-        .expect("sent")
-}
-
 #[tokio::test]
 async fn a_replay_under_strip_carries_no_credentials_on_commits_and_scan_plans() {
     let (catalog, icecache) = vending(&["--credentials", "strip"]).await;
@@ -322,11 +306,11 @@ async fn a_replay_under_strip_carries_no_credentials_on_commits_and_scan_plans()
     let table = format!("{}/v1/namespaces/db/tables/t", icecache.url);
     for (n, url) in [table.clone(), format!("{table}/plan")].iter().enumerate() {
         let key = format!("0193a0b4-0000-7000-8000-0000000001{n:02}");
-        let first = send_with_key(&client, url, &key).await;
+        let first = commit_with_key(&client, url, &key).await;
         assert_eq!(first.status(), 200, "{url}");
         let first_text = first.text().await.unwrap();
         assert_eq!(vended_keys(&first_text), Vec::<String>::new(), "{url}");
-        let retry = send_with_key(&client, url, &key).await;
+        let retry = commit_with_key(&client, url, &key).await;
         assert_eq!(replayed(&retry), Some("true"), "{url}");
         let text = retry.text().await.unwrap();
         assert_eq!(vended_keys(&text), Vec::<String>::new(), "{url}: {text}");
@@ -346,13 +330,13 @@ async fn a_replay_under_passthrough_is_the_catalogs_answer_as_first_sent() {
     let client = reqwest::Client::new();
     let table = format!("{}/v1/namespaces/db/tables/t", icecache.url);
     let key = "0193a0b4-0000-7000-8000-000000000201";
-    let first = send_with_key(&client, &table, key)
+    let first = commit_with_key(&client, &table, key)
         .await
         .text()
         .await
         .unwrap();
     assert!(!vended_keys(&first).is_empty(), "{first}");
-    let retry = send_with_key(&client, &table, key).await;
+    let retry = commit_with_key(&client, &table, key).await;
     assert_eq!(replayed(&retry), Some("true"));
     assert_eq!(retry.text().await.unwrap(), first);
     assert_eq!(catalog.version("t"), Some(2), "one commit after the create");
@@ -363,13 +347,13 @@ async fn a_retry_over_http2_is_replayed_like_one_over_http1() {
     let (catalog, icecache) = vending(&[]).await;
     let table = format!("{}/v1/namespaces/db/tables/t", icecache.url);
     let key = "0193a0b4-0000-7000-8000-000000000301";
-    let first = send_with_key(&reqwest::Client::new(), &table, key).await;
+    let first = commit_with_key(&reqwest::Client::new(), &table, key).await;
     assert_eq!(first.status(), 200);
     let h2 = reqwest::Client::builder()
         .http2_prior_knowledge()
         .build()
         .unwrap();
-    let retry = send_with_key(&h2, &table, key).await;
+    let retry = commit_with_key(&h2, &table, key).await;
     assert_eq!(retry.version(), reqwest::Version::HTTP_2);
     assert_eq!(replayed(&retry), Some("true"));
     assert_eq!(catalog.version("t"), Some(2), "one commit after the create");

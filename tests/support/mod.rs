@@ -48,6 +48,30 @@ pub async fn empty_commit(table_url: &str, caller: &str) -> reqwest::Response {
         .expect("the commit is sent")
 }
 
+/// An empty commit as `alice` with an `Idempotency-Key`.
+pub async fn commit_with_key(
+    client: &reqwest::Client,
+    table_url: &str,
+    key: &str,
+) -> reqwest::Response {
+    client
+        .post(table_url)
+        .bearer_auth("alice")
+        .header("idempotency-key", key)
+        .json(&json!({ "requirements": [], "updates": [] }))
+        .send()
+        .await
+        .expect("the commit is sent")
+}
+
+/// The `Idempotent-Replayed` an answer carries, if any.
+pub fn replayed(response: &reqwest::Response) -> Option<&str> {
+    response
+        .headers()
+        .get("idempotent-replayed")
+        .and_then(|v| v.to_str().ok())
+}
+
 /// The SeaweedFS Iceberg REST catalog started by `scripts/test.sh`.
 pub fn catalog() -> String {
     std::env::var("ICECACHE_TEST_CATALOG").unwrap_or_else(|_| {
