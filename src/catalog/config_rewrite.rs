@@ -100,16 +100,68 @@ pub fn read(
 pub const IDEMPOTENCY_LIFETIME: &str = "idempotency-key-lifetime";
 
 /// A config that advertises `lifetime` as its `idempotency-key-lifetime`, when it is a JSON
-/// object that advertises none (in any spelling: the catalog's own lifetime stands); None
-/// when nothing is to change.
+/// object that advertises none (in any spelling, the catalog's own ISO-8601 lifetime stands);
+/// None when nothing is to change.
 pub fn advertise_lifetime(body: &[u8], lifetime: &str) -> Option<Bytes> {
     let mut config: Value = serde_json::from_slice(body).ok()?;
     let object = config.as_object_mut()?;
-    if object.keys().any(|key| fold(key) == IDEMPOTENCY_LIFETIME) {
+    let spelled: Vec<String> = object
+        .keys()
+        .filter(|key| fold(key) == IDEMPOTENCY_LIFETIME)
+        .cloned()
+        .collect();
+    if spelled
+        .iter()
+        .any(|key| object[key].as_str().is_some_and(is_iso_duration))
+    {
         return None;
+    }
+    // A value no client can read as a lifetime (null, empty, a number) advertises none: it
+    // gives way to icecache's, so no client is left with two spellings of one setting.
+    for key in spelled {
+        object.remove(&key);
     }
     object.insert(IDEMPOTENCY_LIFETIME.to_owned(), Value::from(lifetime));
     Some(Bytes::from(config.to_string()))
+}
+
+/// Whether `text` is an ISO-8601 duration (`PT30M`, `P1DT2H`, `PT1.5S`): `P`, then date
+/// parts, then `T` and time parts, at least one part in all.
+fn is_iso_duration(text: &str) -> bool {
+    let Some(rest) = text.strip_prefix('P') else {
+        return false;
+    };
+    let (date, time) = match rest.split_once('T') {
+        Some((date, time)) if !time.is_empty() => (date, Some(time)),
+        Some(_) => return false,
+        None => (rest, None),
+    };
+    let parts = |text: &str, units: &str, fraction: bool| -> Option<usize> {
+        let (mut count, mut number, mut order) = (0, String::new(), 0);
+        for c in text.chars() {
+            if c.is_ascii_digit() || (fraction && c == '.' && !number.is_empty()) {
+                number.push(c);
+                continue;
+            }
+            let at = units[order..].find(c)? + order;
+            if number.is_empty() || number.ends_with('.') {
+                return None;
+            }
+            (count, number, order) = (count + 1, String::new(), at + 1);
+        }
+        number.is_empty().then_some(count)
+    };
+    let Some(dated) = parts(date, "YMWD", false) else {
+        return false;
+    };
+    let timed = match time {
+        Some(time) => match parts(time, "HMS", true) {
+            Some(0) | None => return false,
+            Some(n) => n,
+        },
+        None => 0,
+    };
+    dated + timed > 0
 }
 
 /// The namespace separator in force: the configured one until the catalog advertises its own.
@@ -258,6 +310,31 @@ mod tests {
             br#"{"Idempotency-Key-Lifetime":"PT1H"}"#,
         ] {
             assert_eq!(advertise_lifetime(body, "PT30M"), None);
+        }
+    }
+
+    #[test]
+    fn a_lifetime_no_client_can_read_gives_way_to_icecaches() {
+        for own in [
+            r#"null"#,
+            r#""""#,
+            r#""garbage""#,
+            "5",
+            r#""P""#,
+            r#""PT""#,
+            r#""30M""#,
+        ] {
+            let body = format!(r#"{{"defaults":{{}},"Idempotency-Key-Lifetime":{own}}}"#);
+            let advertised = advertise_lifetime(body.as_bytes(), "PT30M")
+                .unwrap_or_else(|| panic!("{own} kept"));
+            let value: Value = serde_json::from_slice(&advertised).unwrap();
+            let object = value.as_object().unwrap();
+            assert_eq!(object["idempotency-key-lifetime"], "PT30M", "{own}");
+            assert_eq!(object.len(), 2, "{own}: one spelling left");
+        }
+        for own in ["PT5M", "P1D", "P1DT2H", "PT1.5S", "P2W"] {
+            let body = format!(r#"{{"idempotency-key-lifetime":"{own}"}}"#);
+            assert_eq!(advertise_lifetime(body.as_bytes(), "PT30M"), None, "{own}");
         }
     }
 
