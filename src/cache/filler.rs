@@ -94,6 +94,9 @@ impl Filler {
             Err(OriginError::TooLarge { .. }) if passthrough => return FillOutcome::TooLarge,
             Err(e) => return FillOutcome::Failed(e),
         };
+        // What a fill produces may be kept and shared (here, in Redis): it holds no header
+        // named like a secret, whatever the policy.
+        crate::policy::headers::without_secret_headers(&mut fetched.headers, &fill.policy.strip);
         if !passthrough {
             // Asked for the identity encoding; an answer encoded anyway is decoded, not trusted.
             match self.stage.decode(

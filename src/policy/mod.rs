@@ -4,6 +4,7 @@
 //! the configuration: an unsafe combination never reaches a running proxy.
 
 pub mod credentials;
+pub mod headers;
 pub mod identity;
 pub mod injection;
 mod patterns;

@@ -127,8 +127,8 @@ fn scrub_other(body: Bytes, secret: &KeyPatterns) -> Result<Processed, Refusal> 
 /// Whether a body the walk could not read holds nothing a lax reader could take for a member
 /// named like a secret: UTF-8 text without NUL bytes (JSON in UTF-16 or UTF-32 has them, and a
 /// reader that guesses the encoding reads it), that does not open like JSON after whitespace and
-/// a byte order mark, and that quotes no secret's name (JSONP, an XSSI prefix, JSON inside an
-/// HTML page). A text or HTML page passes.
+/// a byte order mark, that quotes no secret's name (JSONP, an XSSI prefix, JSON inside an HTML
+/// page) and that assigns none bare (`name=value`, `name: value`). A text or HTML page passes.
 fn holds_no_member(body: &[u8], secret: &KeyPatterns) -> bool {
     let Ok(text) = std::str::from_utf8(body) else {
         return false;
@@ -137,11 +137,27 @@ fn holds_no_member(body: &[u8], secret: &KeyPatterns) -> bool {
     if text.contains('\0') || opening.starts_with(['{', '[']) {
         return false;
     }
-    ['"', '\''].into_iter().all(|quote| {
+    let quotes_one = ['"', '\''].into_iter().any(|quote| {
         text.split(quote)
             .skip(1)
             .step_by(2)
-            .all(|quoted| !names_a_secret(quoted, secret))
+            .any(|quoted| names_a_secret(quoted, secret))
+    });
+    !quotes_one && !assigns_a_secret(text, secret)
+}
+
+/// Whether a name written bare before `=` or `:` names a secret: a properties file, YAML or a
+/// query string is read into members by a lax reader too.
+fn assigns_a_secret(text: &str, secret: &KeyPatterns) -> bool {
+    let name_char = |c: char| c.is_ascii_alphanumeric() || "._-".contains(c);
+    text.match_indices(['=', ':']).any(|(at, _)| {
+        let before = text[..at].trim_end();
+        let start = before
+            .char_indices()
+            .rev()
+            .find(|(_, c)| !name_char(*c))
+            .map_or(0, |(i, c)| i + c.len_utf8());
+        secret.matches(&before[start..])
     })
 }
 
@@ -342,10 +358,10 @@ mod tests {
             let out = process(Shape::Unknown, Bytes::from(body.clone()), &p);
             assert!(out.is_err(), "passed: {body:.40}");
         }
-        let text = process(Shape::Unknown, Bytes::from_static(b"token=T"), &p).unwrap();
+        let text = process(Shape::Unknown, Bytes::from_static(b"no JSON: T"), &p).unwrap();
         assert_eq!(
             &text.body[..],
-            b"token=T",
+            b"no JSON: T",
             "a page that is no JSON has no members"
         );
         let page = b"<html><p class=\"error\">invalid token</p></html>";
@@ -434,6 +450,29 @@ mod tests {
         assert_eq!(entry["prefix"], "s3://b/t");
         assert_eq!(entry["config"]["client.region"], "eu");
         assert!(entry["config"].get("s3.secret-access-key").is_none());
+    }
+
+    #[test]
+    fn a_text_that_assigns_a_secret_bare_is_refused_and_plain_text_passes() {
+        let p = policy(Credentials::Strip);
+        for text in [
+            "s3.secret-access-key=S",
+            "token = abc",
+            "config:\n  s3.session-token: S\n",
+            "a=1&password=x",
+            "\u{e9}t\u{e9} token:x",
+        ] {
+            let body = Bytes::from(text.to_owned());
+            assert!(process(Shape::Unknown, body, &p).is_err(), "{text}");
+        }
+        for text in [
+            "the token expired",
+            "ok: done",
+            "see https://example.com/token",
+        ] {
+            let body = Bytes::from(text.to_owned());
+            assert!(process(Shape::Unknown, body, &p).is_ok(), "{text}");
+        }
     }
 
     fn served_text(shape: Shape, p: &Policy) -> String {

@@ -100,14 +100,8 @@ impl Keeping {
 /// A shared store keeps no cookie and no header named like a secret (a replay from it may lack
 /// one; the caller who needs it retries with a new key).
 fn without_secret_headers(headers: &mut http::HeaderMap, secrets: &KeyPatterns) {
-    let secret: Vec<header::HeaderName> = headers
-        .keys()
-        .filter(|name| **name == header::SET_COOKIE || secrets.matches(name.as_str()))
-        .cloned()
-        .collect();
-    for name in secret {
-        headers.remove(name);
-    }
+    crate::policy::headers::without_secret_headers(headers, secrets);
+    headers.remove(header::SET_COOKIE);
 }
 
 #[cfg(test)]

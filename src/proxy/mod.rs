@@ -60,6 +60,8 @@ pub async fn handle(
         Ok(route) => route.operation,
         Err(_) => operation_of(&method, request.uri().path()),
     };
+    // Under strip and inject, the patterns no answer's header may be named by.
+    let mut secret_headers = None;
     let result = match classified {
         Err(e) => Err(e),
         Ok(route) => {
@@ -67,6 +69,9 @@ pub async fn handle(
                 .policies
                 .for_prefix(route.prefix.as_deref())
                 .clone();
+            if policy.credentials != Credentials::Passthrough {
+                secret_headers = Some(policy.clone());
+            }
             let exchange = Exchange {
                 state,
                 settings: settings.clone(),
@@ -97,6 +102,9 @@ pub async fn handle(
             (response, phase, None)
         }
     };
+    if let Some(policy) = secret_headers {
+        crate::policy::headers::without_secret_headers(response.headers_mut(), &policy.strip);
+    }
     response.extensions_mut().insert(Outcome {
         operation,
         phase,

@@ -32,6 +32,7 @@ const PATHS: &[&str] = &[
 fn burying() -> Shape {
     Shape {
         buried: PATHS.to_vec(),
+        secret_headers: true,
         padding: 2048,
         ..Shape::default()
     }
@@ -146,7 +147,13 @@ async fn every_answer(
             .get("x-cache")
             .map(|v| v.to_str().unwrap().to_owned())
             .unwrap_or_default();
-        let text = response.text().await.unwrap();
+        // The headers count as much as the body.
+        let headers: String = response
+            .headers()
+            .iter()
+            .map(|(name, value)| format!("\n{name}: {}", String::from_utf8_lossy(value.as_bytes())))
+            .collect();
+        let text = response.text().await.unwrap() + &headers;
         answers.push((route.to_owned(), status, cache, text));
     }
     answers

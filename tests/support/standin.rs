@@ -75,6 +75,9 @@ pub struct Shape {
     /// Every JSON object answered is sent in this form instead of UTF-8: `utf-16le` (with a byte
     /// order mark), `utf-16be`, `utf-32le`, `jsonp` (`cb(…)`), `xssi` (`)]}'` first) or `html`.
     pub wrapping: Option<&'static str>,
+    /// Every answer also carries headers named like secrets (and AWS's session token header),
+    /// each valued `BURIED-header-<name>`.
+    pub secret_headers: bool,
 }
 
 impl Default for Shape {
@@ -105,6 +108,7 @@ impl Default for Shape {
             endpoints: None,
             refuses_head: false,
             says_views: false,
+            secret_headers: false,
         }
     }
 }
@@ -528,8 +532,28 @@ async fn answer(state: Arc<State>, request: Request<Incoming>) -> Result<Answer,
         Some(wrapping) => wrapped(answer, wrapping),
         None => answer,
     };
-    Ok(if shape.gzip { gzipped(answer) } else { answer })
+    let mut answer = if shape.gzip { gzipped(answer) } else { answer };
+    if shape.secret_headers {
+        for name in SECRET_HEADERS {
+            let value = format!("BURIED-header-{name}");
+            answer.headers_mut().insert(
+                http::HeaderName::from_static(name),
+                http::HeaderValue::from_str(&value).expect("a header value"),
+            );
+        }
+    }
+    Ok(answer)
 }
+
+/// Headers no catalog should send, sent by `secret_headers`.
+const SECRET_HEADERS: [&str; 6] = [
+    "s3.secret-access-key",
+    "token",
+    "x-amz-security-token",
+    "credential",
+    "authorization",
+    "password",
+];
 
 /// The answer with secrets beside its members, if it is a JSON object.
 fn with_top_level_secrets(answer: Answer, who: &str, n: u64, unreadable: bool) -> Answer {
