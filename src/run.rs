@@ -140,6 +140,9 @@ pub async fn run(
     if settings.events.nats.is_some() {
         sources.push(SourceId::Nats);
     }
+    if settings.events.kafka.is_some() {
+        sources.push(SourceId::Kafka);
+    }
     let liveness = Arc::new(Liveness::new(&sources, metrics.events.clone()));
     let stage = Arc::new(Stage::new(metrics.credentials.clone()));
     let tier: Arc<dyn Tier> = match &cluster {
@@ -190,6 +193,15 @@ pub async fn run(
             liveness: liveness.clone(),
             metrics: metrics.events.clone(),
             apply: apply_events(cache.clone(), metrics.events.clone(), SourceId::Nats),
+        };
+        tokio::spawn(subscriber.run(shutdown.clone()));
+    }
+    if let Some(kafka) = settings.events.kafka.clone() {
+        let subscriber = events::kafka::Subscriber {
+            settings: kafka,
+            liveness: liveness.clone(),
+            metrics: metrics.events.clone(),
+            apply: apply_events(cache.clone(), metrics.events.clone(), SourceId::Kafka),
         };
         tokio::spawn(subscriber.run(shutdown.clone()));
     }

@@ -5,6 +5,7 @@
 //! defaults and bounds, `check-config`'s listing, the reload's kept keys, `icecache keys` and
 //! docs/configuration.md all read this table.
 
+use crate::events::settings::DEFAULT_KAFKA_TOPIC;
 use std::time::Duration;
 
 /// What a key's value is, with its bounds.
@@ -99,16 +100,17 @@ pub fn key(name: &str) -> Option<&'static Key> {
 }
 
 /// The key another key is meaningless without: every `cluster.*` key needs
-/// `cluster.redis_url`, and every `events.nats_*` key (and the template) needs
-/// `events.nats_url`. Setting one without the other is refused: a tier that lost its Redis URL
+/// `cluster.redis_url`, every `events.nats_*` key (and the template) needs
+/// `events.nats_url`, and every `events.kafka_*` key needs `events.kafka_brokers`. Setting one without the other is refused: a tier that lost its Redis URL
 /// (a missing Secret) would otherwise run as an island without a word.
 pub fn needs(name: &str) -> Option<&'static str> {
     match name {
-        "cluster.redis_url" | "events.nats_url" => None,
+        "cluster.redis_url" | "events.nats_url" | "events.kafka_brokers" => None,
         n if n.starts_with("cluster.") => Some("cluster.redis_url"),
         n if n.starts_with("events.nats_") || n == "events.prefix_template" => {
             Some("events.nats_url")
         }
+        n if n.starts_with("events.kafka_") => Some("events.kafka_brokers"),
         _ => None,
     }
 }
@@ -265,6 +267,14 @@ keys! {
         "the durable consumer's name on `nats_stream`: one per process, so each sees every event; a process restarted on the same host resumes from its cursor (the server drops a consumer unread for an hour)";
     "events.prefix_template", Some("events-prefix-template"), Kind::Text, Value("{warehouse_id}"), Restart, false,
         "the REST prefix of a Lakekeeper warehouse, from the `warehouse-id` of its events (must contain `{warehouse_id}`)";
+    "events.kafka_brokers", Some("events-kafka-brokers"), Kind::Text, Unset("unset"), Restart, false,
+        "the Kafka brokers Polaris's event listener publishes to (`host:9092[,host:9092…]`, plaintext)";
+    "events.kafka_topic", Some("events-kafka-topic"), Kind::Text, Value(DEFAULT_KAFKA_TOPIC), Restart, false,
+        "Polaris's `polaris.event-listener.kafka.topic`";
+    "events.kafka_group", Some("events-kafka-group"), Kind::Text, Computed("`icecache-<hostname>`"), Restart, false,
+        "this process's consumer group, where it commits what it has read: one per process, so each reads every partition; a process restarted with the same group resumes from its committed offsets";
+    "events.kafka_prefix_template", Some("events-kafka-prefix-template"), Kind::Text, Value("{catalog_name}"), Restart, false,
+        "the REST prefix of a Polaris catalog, from the `catalog_name` (and `realm_id`) of its events (must contain `{catalog_name}`)";
 }
 
 #[cfg(test)]

@@ -17,6 +17,7 @@ use crate::telemetry::{EventMetrics, Label};
 pub enum SourceId {
     SeaweedFs,
     Nats,
+    Kafka,
 }
 
 impl Label for SourceId {
@@ -30,6 +31,7 @@ impl SourceId {
         match self {
             SourceId::SeaweedFs => "seaweedfs",
             SourceId::Nats => "nats",
+            SourceId::Kafka => "kafka",
         }
     }
 }

@@ -3,17 +3,19 @@
 //! them, so entries can be served far longer than `cache.fresh_for` while the announcements
 //! are known to arrive.
 //!
-//! Two sources: SeaweedFS's filer webhook (`POST /events/seaweedfs` on the admin listener,
-//! `seaweedfs`) and Lakekeeper's CloudEvents on NATS, plain or through a JetStream durable
-//! consumer (`lakekeeper`, `nats`). Each reads its messages into `Change`s; run.rs hands them
+//! Three sources: SeaweedFS's filer webhook (`POST /events/seaweedfs` on the admin listener,
+//! `seaweedfs`), Lakekeeper's CloudEvents on NATS, plain or through a JetStream durable
+//! consumer (`lakekeeper`, `nats`), and Polaris's events on Kafka (`polaris`, `kafka`). Each reads its messages into `Change`s; run.rs hands them
 //! to the cache, which invalidates here and across the tier. Whether the sources can be
 //! trusted is `Liveness`: an entry enjoys `events.fresh_for` only while every source has been
 //! live since before its fill began.
 
 mod change;
+pub mod kafka;
 pub mod lakekeeper;
 pub mod liveness;
 pub mod nats;
+pub mod polaris;
 pub mod seaweedfs;
 pub mod settings;
 

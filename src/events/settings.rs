@@ -12,7 +12,14 @@ pub const DEFAULT_NATS_CONSUMER_STEM: &str = "icecache";
 /// gone leave none behind).
 pub const NATS_CONSUMER_INACTIVE: Duration = Duration::from_secs(3600);
 
-/// `icecache-<hostname>`, the hostname reduced to what a consumer name may hold.
+/// Polaris's Kafka listener's default topic.
+pub const DEFAULT_KAFKA_TOPIC: &str = "polaris-catalog-events";
+/// How often the Kafka source asks the broker for each partition's end: a broker that stops
+/// answering makes the source Degraded within about two periods.
+pub const KAFKA_CHECK_INTERVAL: Duration = Duration::from_secs(1);
+
+/// `icecache-<hostname>`, the hostname reduced to what a consumer name may hold; also the
+/// Kafka consumer group (one per process, so each reads every partition).
 pub fn default_nats_consumer() -> String {
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
     let host: String = host
@@ -47,6 +54,7 @@ pub struct EventsSettings {
     /// The bearer token SeaweedFS's webhook presents; Some: `POST /events/seaweedfs` is on.
     pub seaweedfs_token: Option<Secret>,
     pub nats: Option<NatsSettings>,
+    pub kafka: Option<KafkaSettings>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -60,8 +68,21 @@ pub struct NatsSettings {
     pub prefix_template: String,
 }
 
+/// Polaris's events on Kafka.
+#[derive(Debug, Clone, PartialEq)]
+pub struct KafkaSettings {
+    /// `host:port[,host:port…]`.
+    pub brokers: String,
+    pub topic: String,
+    /// This process's consumer group: where its committed offsets live, so a restart resumes
+    /// from them.
+    pub group: String,
+    /// The REST prefix of a Polaris catalog: `{catalog_name}` and `{realm_id}` replaced.
+    pub prefix_template: String,
+}
+
 impl EventsSettings {
     pub fn any_source(&self) -> bool {
-        self.seaweedfs_token.is_some() || self.nats.is_some()
+        self.seaweedfs_token.is_some() || self.nats.is_some() || self.kafka.is_some()
     }
 }

@@ -18,6 +18,7 @@ mod config_route;
 mod connections;
 mod deploy;
 mod docs_match_code;
+mod events_kafka;
 mod events_nats;
 mod events_seaweedfs;
 mod existence_checks;

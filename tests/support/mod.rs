@@ -4,6 +4,7 @@
 pub mod cluster;
 pub mod events;
 pub mod fake;
+pub mod kafka;
 pub mod ports;
 pub mod relay;
 pub mod standin;

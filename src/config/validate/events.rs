@@ -2,7 +2,7 @@
 
 use crate::config::keys::{needs, KEYS};
 use crate::config::values::Values;
-use crate::events::settings::{default_nats_consumer, EventsSettings, NatsSettings};
+use crate::events::settings::{default_nats_consumer, EventsSettings, KafkaSettings, NatsSettings};
 use crate::secret::Secret;
 
 pub(super) fn settings(p: &mut Values) -> EventsSettings {
@@ -30,15 +30,18 @@ pub(super) fn settings(p: &mut Values) -> EventsSettings {
         }
     });
     let nats = nats(p);
+    let kafka = kafka(p);
     let settings = EventsSettings {
         fresh_for,
         seaweedfs_token,
         nats,
+        kafka,
     };
     if fresh_for.is_some() && !settings.any_source() {
         p.add(
             "events.fresh_for",
-            "is set but no event source is (events.seaweedfs_token_file or events.nats_url): \
+            "is set but no event source is (events.seaweedfs_token_file, events.nats_url or \
+             events.kafka_brokers): \
              without events an entry cannot be kept fresh that long safely",
         );
     }
@@ -106,6 +109,64 @@ fn nats(p: &mut Values) -> Option<NatsSettings> {
     })
 }
 
+fn kafka(p: &mut Values) -> Option<KafkaSettings> {
+    let Some(brokers) = p.text("events.kafka_brokers").filter(|b| !b.is_empty()) else {
+        for key in KEYS.iter() {
+            if needs(key.name) == Some("events.kafka_brokers") && p.is_set(key.name) {
+                p.add(key.name, "is set but events.kafka_brokers is not");
+            }
+        }
+        return None;
+    };
+    let broker = |b: &str| {
+        b.rsplit_once(':').is_some_and(|(host, port)| {
+            !host.is_empty()
+                && !host.contains("://")
+                && !host.contains(char::is_whitespace)
+                && port.parse::<u16>().is_ok_and(|p| p > 0)
+        })
+    };
+    if !brokers.split(',').all(broker) {
+        p.add(
+            "events.kafka_brokers",
+            "use host:port, or several separated by commas (host:9092,host:9092), no scheme",
+        );
+    }
+    // Kafka's own rule for topic names.
+    let topic = p.text("events.kafka_topic").unwrap_or_default();
+    let legal = |c: char| c.is_ascii_alphanumeric() || "._-".contains(c);
+    if topic.is_empty() || topic.len() > 249 || !topic.chars().all(legal) {
+        p.add(
+            "events.kafka_topic",
+            "must be a Kafka topic name: 1 to 249 letters, digits, `.`, `_` or `-`",
+        );
+    }
+    let group = p
+        .text("events.kafka_group")
+        .unwrap_or_else(default_nats_consumer);
+    p.show("events.kafka_group", group.clone());
+    if group.is_empty() || !group.chars().all(legal) {
+        p.add(
+            "events.kafka_group",
+            "must be letters, digits, `.`, `_` or `-`",
+        );
+    }
+    let prefix_template = p.text("events.kafka_prefix_template").unwrap_or_default();
+    if !prefix_template.contains("{catalog_name}") {
+        p.add(
+            "events.kafka_prefix_template",
+            "must contain {catalog_name} (a template naming no catalog would send every \
+             catalog's events to one prefix)",
+        );
+    }
+    Some(KafkaSettings {
+        brokers,
+        topic,
+        group,
+        prefix_template,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use crate::config::raw::Raw;
@@ -163,6 +224,42 @@ mod tests {
         ])
         .unwrap_err();
         assert!(error.contains("{warehouse_id}"), "{error}");
+    }
+
+    #[test]
+    fn kafka_takes_its_defaults_from_polaris() {
+        let settings = with(&[("events.kafka_brokers", "127.0.0.1:9092")]).unwrap();
+        assert!(settings.events.any_source());
+        let kafka = settings.events.kafka.expect("a Kafka source");
+        assert_eq!(kafka.topic, "polaris-catalog-events");
+        assert_eq!(kafka.prefix_template, "{catalog_name}");
+        assert!(kafka.group.starts_with("icecache"), "{}", kafka.group);
+    }
+
+    #[test]
+    fn kafka_brokers_topic_group_and_template_are_checked() {
+        for (key, value) in [
+            ("events.kafka_brokers", "kafka://127.0.0.1:9092"),
+            ("events.kafka_brokers", "127.0.0.1"),
+            ("events.kafka_brokers", "127.0.0.1:9092,"),
+            ("events.kafka_brokers", "127.0.0.1:0"),
+            ("events.kafka_topic", "polaris events"),
+            ("events.kafka_topic", ""),
+            ("events.kafka_group", "a/b"),
+            ("events.kafka_prefix_template", "lake"),
+        ] {
+            let mut pairs = vec![("events.kafka_brokers", "127.0.0.1:9092")];
+            pairs.retain(|(k, _)| *k != key);
+            pairs.push((key, value));
+            let error = with(&pairs).expect_err(value);
+            assert!(error.contains(key), "{key}={value}: {error}");
+        }
+    }
+
+    #[test]
+    fn kafka_settings_without_brokers_are_refused() {
+        let error = with(&[("events.kafka_topic", "t")]).unwrap_err();
+        assert!(error.contains("events.kafka_brokers"), "{error}");
     }
 
     #[test]
