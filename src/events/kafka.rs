@@ -14,7 +14,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use rdkafka::consumer::{CommitMode, Consumer as _, StreamConsumer};
+use rdkafka::client::ClientContext;
+use rdkafka::config::RDKafkaLogLevel;
+use rdkafka::consumer::{CommitMode, Consumer as _, ConsumerContext, StreamConsumer};
 use rdkafka::error::{KafkaError, KafkaResult};
 use rdkafka::message::Message as _;
 use rdkafka::types::RDKafkaErrorCode;
@@ -35,6 +37,24 @@ const BROKER_TIMEOUT: Duration = Duration::from_millis(1500);
 /// How long to wait before taking the partitions again after a failure.
 const RETRY: Duration = Duration::from_secs(1);
 
+/// librdkafka's own reports, at debug: whether the broker answers is the periodic check's to
+/// say (librdkafka queues an error per failed reconnect and hands them all over on recovery).
+struct Quiet;
+
+impl ClientContext for Quiet {
+    fn log(&self, _level: RDKafkaLogLevel, facility: &str, message: &str) {
+        tracing::debug!(facility, message, "librdkafka");
+    }
+
+    fn error(&self, error: KafkaError, reason: &str) {
+        tracing::debug!(error = %error, reason, "librdkafka");
+    }
+}
+
+impl ConsumerContext for Quiet {}
+
+type Kafka = StreamConsumer<Quiet>;
+
 pub struct Subscriber {
     pub settings: KafkaSettings,
     pub liveness: Arc<Liveness>,
@@ -48,7 +68,7 @@ type Next = HashMap<i32, i64>;
 impl Subscriber {
     /// Runs until shutdown, then commits what it applied.
     pub async fn run(self, mut shutdown: watch::Receiver<bool>) {
-        let consumer: StreamConsumer = match self.client_config().create() {
+        let consumer: Kafka = match self.client_config().create_with_context(Quiet) {
             Ok(consumer) => consumer,
             Err(e) => {
                 tracing::error!(error = %e, "cannot use the Kafka settings; events from Kafka are off");
@@ -58,10 +78,20 @@ impl Subscriber {
         let consumer = Arc::new(consumer);
         // Kept across sessions: a partition taken again resumes where this process was.
         let mut next = Next::new();
+        // Said once per run of failures (a topic not made yet fails every second).
+        let mut failing = false;
         loop {
             tokio::select! {
                 _ = shutdown.changed() => break,
-                _ = self.session(&consumer, &mut next) => {
+                ended = self.session(&consumer, &mut next) => {
+                    match &ended {
+                        Err(why) if !failing => {
+                            tracing::warn!(topic = %self.settings.topic, why, "cannot read the Kafka topic; retrying every second");
+                        }
+                        Err(why) => tracing::debug!(why, "cannot read the Kafka topic"),
+                        Ok(()) => {}
+                    }
+                    failing = ended.is_err();
                     self.liveness.down(SOURCE, Gap::ConsumerError);
                     tokio::time::sleep(RETRY).await;
                 }
@@ -72,8 +102,13 @@ impl Subscriber {
         let committed =
             tokio::task::spawn_blocking(move || committing.commit_consumer_state(CommitMode::Sync))
                 .await;
-        if let Ok(Err(e)) = committed {
-            tracing::warn!(error = %e, "cannot commit the Kafka offsets read; a restart reads them again");
+        match committed {
+            // Nothing stored since the last commit: the committed offsets are current.
+            Ok(Ok(())) | Ok(Err(KafkaError::ConsumerCommit(RDKafkaErrorCode::NoOffset))) => {}
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "cannot commit the Kafka offsets read; a restart reads them again")
+            }
+            Err(_) => {}
         }
     }
 
@@ -97,12 +132,10 @@ impl Subscriber {
         config
     }
 
-    /// Takes the topic's partitions and reads them until something fails or the partitions
-    /// change.
-    async fn session(&self, consumer: &Arc<StreamConsumer>, next: &mut Next) {
-        if !self.assign(consumer, next).await {
-            return;
-        }
+    /// Takes the topic's partitions and reads them until the partitions change; an error when
+    /// they cannot be taken.
+    async fn session(&self, consumer: &Arc<Kafka>, next: &mut Next) -> Result<(), String> {
+        self.assign(consumer, next).await?;
         let mut check = tokio::time::interval(KAFKA_CHECK_INTERVAL);
         check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -127,7 +160,7 @@ impl Subscriber {
                 _ = check.tick() => match self.ends(consumer).await {
                     Ok(ends) if ends.keys().any(|p| !next.contains_key(p)) => {
                         // Partitions were added: take them too.
-                        return;
+                        return Ok(());
                     }
                     Ok(ends) => {
                         if ends.iter().all(|(p, end)| next.get(p).is_some_and(|n| n >= end)) {
@@ -143,45 +176,35 @@ impl Subscriber {
         }
     }
 
-    /// Assigns every partition at its starting offset (and notes them in `next`); false when
+    /// Assigns every partition at its starting offset (and notes them in `next`); an error when
     /// the topic cannot be read (yet: Polaris creates it with its first event).
-    async fn assign(&self, consumer: &Arc<StreamConsumer>, next: &mut Next) -> bool {
+    async fn assign(&self, consumer: &Arc<Kafka>, next: &mut Next) -> Result<(), String> {
         let (topic, asking, known) = (self.settings.topic.clone(), consumer.clone(), next.clone());
         let starts = tokio::task::spawn_blocking(move || starts(&asking, &topic, &known)).await;
         let (starts, holes) = match starts {
             Ok(Ok(starts)) => starts,
-            Ok(Err(e)) => {
-                tracing::warn!(error = %e, topic = %self.settings.topic, "cannot read the Kafka topic; retrying");
-                return false;
-            }
-            Err(_) => return false,
+            Ok(Err(e)) => return Err(e.to_string()),
+            Err(e) => return Err(e.to_string()),
         };
         for _ in 0..holes {
             self.liveness.gap(SOURCE, Gap::SequenceHole);
         }
         let mut list = TopicPartitionList::new();
         for (partition, offset) in &starts {
-            if let Err(e) =
-                list.add_partition_offset(&self.settings.topic, *partition, Offset::Offset(*offset))
-            {
-                tracing::warn!(error = %e, "cannot assign a Kafka partition");
-                return false;
-            }
+            list.add_partition_offset(&self.settings.topic, *partition, Offset::Offset(*offset))
+                .map_err(|e| e.to_string())?;
         }
-        if let Err(e) = consumer.assign(&list) {
-            tracing::warn!(error = %e, "cannot assign the Kafka partitions; retrying");
-            return false;
-        }
+        consumer.assign(&list).map_err(|e| e.to_string())?;
         // Committed at once, so a restart before the first event still resumes from here.
         if let Err(e) = consumer.commit(&list, CommitMode::Async) {
             tracing::warn!(error = %e, "cannot commit the Kafka starting offsets");
         }
         *next = starts;
-        true
+        Ok(())
     }
 
     /// Each partition's end, as the broker says now.
-    async fn ends(&self, consumer: &Arc<StreamConsumer>) -> KafkaResult<HashMap<i32, i64>> {
+    async fn ends(&self, consumer: &Arc<Kafka>) -> KafkaResult<HashMap<i32, i64>> {
         let (topic, asking) = (self.settings.topic.clone(), consumer.clone());
         tokio::task::spawn_blocking(move || {
             let mut ends = HashMap::new();
@@ -243,7 +266,7 @@ impl Subscriber {
 }
 
 /// The topic's partitions (an error if the broker does not know the topic).
-fn partitions(consumer: &StreamConsumer, topic: &str) -> KafkaResult<Vec<i32>> {
+fn partitions(consumer: &Kafka, topic: &str) -> KafkaResult<Vec<i32>> {
     let metadata = consumer.fetch_metadata(Some(topic), BROKER_TIMEOUT)?;
     let found = metadata
         .topics()
@@ -260,7 +283,7 @@ fn partitions(consumer: &StreamConsumer, topic: &str) -> KafkaResult<Vec<i32>> {
 /// Where this process was, for a partition it read before; else the group's committed offset;
 /// else the end when the process just started (it holds nothing older), the beginning for a
 /// partition added since. From the oldest the broker still holds if retention passed it.
-fn starts(consumer: &StreamConsumer, topic: &str, known: &Next) -> KafkaResult<(Next, usize)> {
+fn starts(consumer: &Kafka, topic: &str, known: &Next) -> KafkaResult<(Next, usize)> {
     let partitions = partitions(consumer, topic)?;
     let mut list = TopicPartitionList::new();
     for partition in &partitions {

@@ -146,19 +146,35 @@ fn holds_no_member(body: &[u8], secret: &KeyPatterns) -> bool {
     !quotes_one && !assigns_a_secret(text, secret)
 }
 
-/// Whether a name written bare before `=` or `:` names a secret: a properties file, YAML or a
-/// query string is read into members by a lax reader too.
+/// Whether a text assigns a secret bare, as a lax reader of a properties file, YAML or a query
+/// string would read it: `name=` anywhere, or, at the start of a line, `name:`, `name<TAB>`,
+/// or a compound name (`s3.secret-access-key value`, Java's properties) before a space. A word
+/// that merely starts a sentence (`Token expired`) or ends a phrase (`invalid token: …`) is not
+/// one. Names are read in any script, as the patterns fold them.
 fn assigns_a_secret(text: &str, secret: &KeyPatterns) -> bool {
-    let name_char = |c: char| c.is_ascii_alphanumeric() || "._-".contains(c);
-    text.match_indices(['=', ':']).any(|(at, _)| {
-        let before = text[..at].trim_end();
+    let name_char = |c: char| c.is_alphanumeric() || "._-".contains(c);
+    let last_name = |before: &str| {
         let start = before
             .char_indices()
             .rev()
             .find(|(_, c)| !name_char(*c))
             .map_or(0, |(i, c)| i + c.len_utf8());
-        secret.matches(&before[start..])
-    })
+        before[start..].to_owned()
+    };
+    let assigned = text
+        .match_indices('=')
+        .any(|(at, _)| secret.matches(&last_name(text[..at].trim_end())));
+    assigned
+        || text.lines().any(|line| {
+            let line = line.trim_start();
+            let end = line.find(|c: char| !name_char(c)).unwrap_or(line.len());
+            let (name, rest) = line.split_at(end);
+            let compound = name.contains(['.', '-', '_']);
+            let keyed = rest.trim_start_matches(' ').starts_with(':')
+                || rest.starts_with('\t')
+                || (compound && rest.starts_with(' '));
+            !name.is_empty() && keyed && secret.matches(name)
+        })
 }
 
 /// Whether a quoted string, its escapes read as JSON reads them, names a secret.
@@ -460,13 +476,19 @@ mod tests {
             "token = abc",
             "config:\n  s3.session-token: S\n",
             "a=1&password=x",
-            "\u{e9}t\u{e9} token:x",
+            "\u{e9}t\u{e9}\ntoken:x",
+            "# props\ns3.secret-access-key S",
+            "token\tS",
+            "to\u{212a}en=S",
+            "s3.\u{17f}ecret-access-key=S",
         ] {
             let body = Bytes::from(text.to_owned());
             assert!(process(Shape::Unknown, body, &p).is_err(), "{text}");
         }
         for text in [
             "the token expired",
+            "Token expired",
+            "invalid token: expired",
             "ok: done",
             "see https://example.com/token",
         ] {

@@ -10,9 +10,10 @@ use hyper::body::Incoming;
 use serde::de::Error as _;
 
 use super::exchange::{origin_request, Exchange};
+use super::relay::relay_body;
 use crate::catalog::config_rewrite;
 use crate::error::ProxyError;
-use crate::policy::stage::Refusal;
+use crate::policy::stage::{Refusal, Shape};
 use crate::policy::Credentials;
 use crate::replays::{iso_duration, Idempotency};
 use crate::wire::body::{full, read_to_bytes, stream, Body};
@@ -36,7 +37,10 @@ pub async fn serve(
     let (mut parts, body) = response.into_parts();
     remove_hop_by_hop(&mut parts.headers);
     if parts.status != StatusCode::OK {
-        return Ok(Response::from_parts(parts, stream(body, idle)));
+        // Any other answer (an error, a redirect) goes through the policy stage as an answer
+        // of no known shape: under strip and inject it may hold no secret either.
+        let answer = Response::from_parts(parts, stream(body, idle));
+        return relay_body(&exchange, answer, Some(Shape::Unknown)).await;
     }
     let raw = read_to_bytes(body, MAX_CONFIG_BODY, idle)
         .await

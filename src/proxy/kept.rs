@@ -58,6 +58,8 @@ impl Keeping {
                 ProxyError::Origin(self.origin.read_failed(e))
             })?;
         let mut kept_headers = parts.headers.clone();
+        // A replay is dated when it is sent (hyper adds `Date`), not when the catalog answered.
+        kept_headers.remove(header::DATE);
         if self.shared {
             without_secret_headers(&mut kept_headers, &self.secrets);
         }

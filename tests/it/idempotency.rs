@@ -100,6 +100,22 @@ async fn a_retried_commit_is_replayed_and_reaches_the_catalog_once() {
     );
 }
 
+/// A replay is an answer sent now: its `Date` is not the first answer's.
+#[tokio::test]
+async fn a_replay_is_dated_when_it_is_sent() {
+    let s = Setup::provided().await;
+    let key = "0193a0b4-0000-7000-8000-0000000000d1";
+    let first = s.commit("t", key, "one").await;
+    let dated = |r: &reqwest::Response| r.headers().get("date").cloned().expect("a Date");
+    let first_date = dated(&first);
+    // Dates are whole seconds: two apart cannot share one.
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    let retry = s.commit("t", key, "one").await;
+    assert_eq!(replayed(&retry), Some("true"));
+    assert_eq!(retry.headers().get_all("date").iter().count(), 1);
+    assert_ne!(dated(&retry), first_date);
+}
+
 #[tokio::test]
 async fn the_key_still_reaches_the_catalog_as_sent() {
     let s = Setup::provided().await;

@@ -413,6 +413,32 @@ async fn over_http2_no_buried_secret_is_served() {
     }
 }
 
+/// `/v1/config` answered with another status than 200 (an error, a redirect, a 201) is no
+/// less an answer: under strip and inject it carries no secret, in its body or its headers.
+#[tokio::test]
+async fn a_config_answer_that_is_not_200_carries_no_secret_either() {
+    let catalog = standin(burying()).await;
+    let strip = Icecache::start(&catalog.url, &["--credentials", "strip"]).await;
+    let client = reqwest::Client::new();
+    for status in [201, 302, 400, 401, 403, 404, 500, 503] {
+        catalog.reshape(|shape| shape.config_status = Some(status));
+        let response = client
+            .get(format!("{}/v1/config?warehouse=w", strip.url))
+            .bearer_auth("alice")
+            .send()
+            .await
+            .unwrap();
+        let headers: String = response
+            .headers()
+            .iter()
+            .map(|(name, value)| format!("\n{name}: {}", String::from_utf8_lossy(value.as_bytes())))
+            .collect();
+        let text = response.text().await.unwrap() + &headers;
+        assert!(!text.contains("CFGSK"), "{status}: {text:.600}");
+        assert_clean(&format!("/v1/config answered {status}"), &text);
+    }
+}
+
 #[tokio::test]
 async fn inject_fills_storage_credentials_spelled_in_any_case() {
     let catalog = standin(Shape {

@@ -78,6 +78,8 @@ pub struct Shape {
     /// Every answer also carries headers named like secrets (and AWS's session token header),
     /// each valued `BURIED-header-<name>`.
     pub secret_headers: bool,
+    /// The status of its `/v1/config` answer (200 unless set), the body the same.
+    pub config_status: Option<u16>,
 }
 
 impl Default for Shape {
@@ -109,6 +111,7 @@ impl Default for Shape {
             refuses_head: false,
             says_views: false,
             secret_headers: false,
+            config_status: None,
         }
     }
 }
@@ -381,7 +384,8 @@ async fn answer(state: Arc<State>, request: Request<Incoming>) -> Result<Answer,
             if shape.says_views {
                 config["overrides"]["view-endpoints-supported"] = json!("true");
             }
-            json_answer(StatusCode::OK, &config)
+            let status = shape.config_status.unwrap_or(200);
+            json_answer(StatusCode::from_u16(status).expect("a status"), &config)
         }
         (&Method::HEAD, _) if shape.refuses_head => error(405, "MethodNotAllowed"),
         (&Method::GET, None) if path.ends_with("/something/else") => json_answer(

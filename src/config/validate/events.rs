@@ -121,7 +121,7 @@ fn kafka(p: &mut Values) -> Option<KafkaSettings> {
     let broker = |b: &str| {
         b.rsplit_once(':').is_some_and(|(host, port)| {
             !host.is_empty()
-                && !host.contains("://")
+                && !host.contains(['/', '@'])
                 && !host.contains(char::is_whitespace)
                 && port.parse::<u16>().is_ok_and(|p| p > 0)
         })
@@ -129,7 +129,8 @@ fn kafka(p: &mut Values) -> Option<KafkaSettings> {
     if !brokers.split(',').all(broker) {
         p.add(
             "events.kafka_brokers",
-            "use host:port, or several separated by commas (host:9092,host:9092), no scheme",
+            "use host:port, or several separated by commas (host:9092,host:9092), with no \
+             scheme, user or password",
         );
     }
     // Kafka's own rule for topic names.
@@ -152,11 +153,21 @@ fn kafka(p: &mut Values) -> Option<KafkaSettings> {
         );
     }
     let prefix_template = p.text("events.kafka_prefix_template").unwrap_or_default();
+    let unknown = prefix_template
+        .split('{')
+        .skip(1)
+        .map(|rest| rest.split('}').next().unwrap_or(rest))
+        .find(|name| !matches!(*name, "catalog_name" | "realm_id"));
     if !prefix_template.contains("{catalog_name}") {
         p.add(
             "events.kafka_prefix_template",
             "must contain {catalog_name} (a template naming no catalog would send every \
              catalog's events to one prefix)",
+        );
+    } else if let Some(name) = unknown {
+        p.add(
+            "events.kafka_prefix_template",
+            format!("names {{{name}}}: only {{catalog_name}} and {{realm_id}} are replaced"),
         );
     }
     Some(KafkaSettings {
@@ -243,6 +254,8 @@ mod tests {
             ("events.kafka_brokers", "127.0.0.1"),
             ("events.kafka_brokers", "127.0.0.1:9092,"),
             ("events.kafka_brokers", "127.0.0.1:0"),
+            ("events.kafka_brokers", "user:hunter2@127.0.0.1:9092"),
+            ("events.kafka_prefix_template", "{catalog_name}/{realm}"),
             ("events.kafka_topic", "polaris events"),
             ("events.kafka_topic", ""),
             ("events.kafka_group", "a/b"),
