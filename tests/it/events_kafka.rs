@@ -90,6 +90,22 @@ async fn wait_received(icecache: &Icecache, n: f64) {
     eventually(&what, || async { received(icecache).await == n }).await;
 }
 
+/// Writes the record of a change `kind` of the table (at `stamp`) to `partition`, then loads
+/// the table through icecache until it serves `location`.
+async fn until_applied(
+    (publisher, api, icecache): (&Publisher, &Api, &Icecache),
+    (namespace, table): (&str, &str),
+    location: &str,
+    (kind, partition, stamp): (&str, i32, &str),
+) {
+    let event = polaris_event(kind, "warehouse", &[namespace, table], stamp);
+    let published = std::time::Instant::now();
+    publisher.send(TOPIC, partition, &event).await;
+    let what = format!("{kind} on partition {partition} at {stamp}");
+    let table = (namespace, table);
+    until_served(api, &icecache.url, table, location, published, &what).await;
+}
+
 #[tokio::test]
 async fn an_update_invalidates_its_table_and_no_other() {
     let (_kafka, icecache, publisher, api) = long_window(1).await;
@@ -108,21 +124,12 @@ async fn an_update_invalidates_its_table_and_no_other() {
         load(&api, &icecache.url, &namespace, &table).await.1,
         location
     );
-    let event = polaris_event(
-        "AFTER_UPDATE_TABLE",
-        "warehouse",
-        &[&namespace, &table],
-        NOW,
-    );
-    let published = std::time::Instant::now();
-    publisher.send(TOPIC, 0, &event).await;
-    until_served(
-        &api,
-        &icecache.url,
+    let update = ("AFTER_UPDATE_TABLE", 0, NOW);
+    until_applied(
+        (&publisher, &api, &icecache),
         (&namespace, &table),
         &location,
-        published,
-        "the update",
+        update,
     )
     .await;
     let (_, served, cache) = load(&api, &icecache.url, &namespace, &other).await;
@@ -164,17 +171,12 @@ async fn one_tables_events_invalidate_in_whatever_order_they_arrive() {
             location,
             "commit {n}"
         );
-        let event = polaris_event(kinds[n % 3], "warehouse", &[&namespace, &table], stamp);
-        let published = std::time::Instant::now();
-        publisher.send(TOPIC, (2 - n % 3) as i32, &event).await;
-        let what = format!("event {n} on partition {}", 2 - n % 3);
-        until_served(
-            &api,
-            &icecache.url,
+        let event = (kinds[n % 3], (2 - n % 3) as i32, *stamp);
+        until_applied(
+            (&publisher, &api, &icecache),
             (&namespace, &table),
             &location,
-            published,
-            &what,
+            event,
         )
         .await;
     }
@@ -369,21 +371,12 @@ async fn a_broker_down_or_hung_ends_the_long_window_until_it_answers() {
     assert!(!logs.contains("AllBrokersDown"), "{logs:.2000}");
     // Events still arrive after the broker came back.
     let location = commit(&api, &namespace, &table, 1).await;
-    let event = polaris_event(
-        "AFTER_UPDATE_TABLE",
-        "warehouse",
-        &[&namespace, &table],
-        NOW,
-    );
-    let published = std::time::Instant::now();
-    publisher.send(TOPIC, 0, &event).await;
-    until_served(
-        &api,
-        &icecache.url,
+    let update = ("AFTER_UPDATE_TABLE", 0, NOW);
+    until_applied(
+        (&publisher, &api, &icecache),
         (&namespace, &table),
         &location,
-        published,
-        "the update after",
+        update,
     )
     .await;
 }

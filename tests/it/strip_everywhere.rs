@@ -147,16 +147,21 @@ async fn every_answer(
             .get("x-cache")
             .map(|v| v.to_str().unwrap().to_owned())
             .unwrap_or_default();
-        // The headers count as much as the body.
-        let headers: String = response
-            .headers()
-            .iter()
-            .map(|(name, value)| format!("\n{name}: {}", String::from_utf8_lossy(value.as_bytes())))
-            .collect();
-        let text = response.text().await.unwrap() + &headers;
+        let text = body_and_headers(response).await;
         answers.push((route.to_owned(), status, cache, text));
     }
     answers
+}
+
+/// An answer's body, then its headers (`\nname: value` each): a header counts as much as the
+/// body.
+async fn body_and_headers(response: reqwest::Response) -> String {
+    let headers: String = response
+        .headers()
+        .iter()
+        .map(|(name, value)| format!("\n{name}: {}", String::from_utf8_lossy(value.as_bytes())))
+        .collect();
+    response.text().await.unwrap() + &headers
 }
 
 async fn assert_every_answer_clean(icecache: &Icecache) {
@@ -428,12 +433,7 @@ async fn a_config_answer_that_is_not_200_carries_no_secret_either() {
             .send()
             .await
             .unwrap();
-        let headers: String = response
-            .headers()
-            .iter()
-            .map(|(name, value)| format!("\n{name}: {}", String::from_utf8_lossy(value.as_bytes())))
-            .collect();
-        let text = response.text().await.unwrap() + &headers;
+        let text = body_and_headers(response).await;
         assert!(!text.contains("CFGSK"), "{status}: {text:.600}");
         assert_clean(&format!("/v1/config answered {status}"), &text);
     }
