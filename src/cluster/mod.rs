@@ -22,6 +22,7 @@ mod replays;
 pub mod settings;
 mod shared;
 mod subscription;
+pub mod trust;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
