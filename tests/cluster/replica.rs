@@ -61,3 +61,20 @@ pub async fn version_eventually(url: &str, committed: u64) -> u64 {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
+
+/// A counter of the replica at `admin`'s metrics, polled until it reaches `at_least` or
+/// `PATIENCE` has passed (what a heartbeat does is seen after its next period, not at once).
+pub async fn counter_eventually(
+    replica: &crate::support::Icecache,
+    series: &str,
+    at_least: f64,
+) -> f64 {
+    let started = std::time::Instant::now();
+    loop {
+        let seen = crate::support::metric(&replica.metrics().await, series);
+        if seen >= at_least || started.elapsed() >= PATIENCE {
+            return seen;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
