@@ -9,6 +9,7 @@ mod gate;
 mod support;
 
 mod faults;
+mod lease_scripts;
 mod one_cache;
 mod partitions;
 mod replays;

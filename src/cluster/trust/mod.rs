@@ -48,6 +48,7 @@
 //! 0.5% each over one lease; a lease is measured on the holder's clock shortened by the margin and
 //! waited on the writer's lengthened by it.
 
+pub mod scripts;
 #[cfg(test)]
 mod sim;
 #[cfg(test)]
