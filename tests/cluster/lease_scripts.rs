@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use icecache::cluster::trust::scripts::{read_invalidation, LeaseKeys, LeaseScripts};
-use icecache::cluster::trust::{Heartbeat, Position};
+use icecache::cluster::trust::{Heartbeat, HeartbeatReply, Position};
 use redis::aio::MultiplexedConnection;
 
 use crate::support::cluster::Redis;
@@ -36,25 +36,48 @@ async fn setup() -> Setup {
     }
 }
 
-fn beat(member: u64, applied: Option<Position>, stamp: u64) -> Heartbeat {
-    Heartbeat {
-        member,
-        applied,
-        stamp,
+impl Setup {
+    /// A heartbeat of `member`, offering `fresh` as the dataset should Redis need a new one.
+    async fn beat(
+        &mut self,
+        member: u64,
+        applied: Option<Position>,
+        stamp: u64,
+        fresh: u64,
+    ) -> HeartbeatReply {
+        let beat = Heartbeat {
+            member,
+            applied,
+            stamp,
+        };
+        let connection = &mut self.connection;
+        self.scripts
+            .heartbeat(connection, &beat, fresh)
+            .await
+            .unwrap()
+    }
+
+    async fn invalidate(&mut self, message: &[u8]) -> (Position, Vec<u64>) {
+        let connection = &mut self.connection;
+        self.scripts
+            .invalidate(connection, message, 0xd9)
+            .await
+            .unwrap()
+    }
+
+    async fn forget(&mut self, member: u64, dataset: u64, stamp: u64) -> bool {
+        let connection = &mut self.connection;
+        self.scripts
+            .forget(connection, member, dataset, stamp)
+            .await
+            .unwrap()
     }
 }
 
 #[tokio::test]
 async fn a_first_heartbeat_creates_the_log_in_the_dataset_offered_and_lists_the_member() {
-    let Setup {
-        redis: _redis,
-        scripts,
-        mut connection,
-    } = setup().await;
-    let reply = scripts
-        .heartbeat(&mut connection, &beat(ME, None, 7), 0xd1)
-        .await
-        .unwrap();
+    let mut s = setup().await;
+    let reply = s.beat(ME, None, 7, 0xd1).await;
     assert_eq!(
         reply.position,
         Position {
@@ -64,13 +87,10 @@ async fn a_first_heartbeat_creates_the_log_in_the_dataset_offered_and_lists_the_
     );
     assert!(!reply.known);
     assert_eq!(reply.members, vec![(ME, 7)]);
-    let again = scripts
-        .heartbeat(&mut connection, &beat(ME, Some(reply.position), 8), 0xd2)
-        .await
-        .unwrap();
+    let again = s.beat(ME, Some(reply.position), 8, 0xd2).await;
     assert_eq!(
         again.position, reply.position,
-        "the dataset offered is only taken for a missing log"
+        "a dataset offered is taken only for a missing log"
     );
     assert!(again.known);
     assert_eq!(again.members, vec![(ME, 8)]);
@@ -78,29 +98,16 @@ async fn a_first_heartbeat_creates_the_log_in_the_dataset_offered_and_lists_the_
 
 #[tokio::test]
 async fn an_invalidation_moves_the_log_and_is_published_with_its_position() {
-    let Setup {
-        redis,
-        scripts,
-        mut connection,
-    } = setup().await;
-    scripts
-        .heartbeat(&mut connection, &beat(ME, None, 1), 0xd1)
-        .await
-        .unwrap();
-    scripts
-        .heartbeat(&mut connection, &beat(PEER, None, 2), 0xd9)
-        .await
-        .unwrap();
-    let client = redis::Client::open(redis.url()).unwrap();
+    let mut s = setup().await;
+    s.beat(ME, None, 1, 0xd1).await;
+    s.beat(PEER, None, 2, 0xd9).await;
+    let client = redis::Client::open(s.redis.url()).unwrap();
     let mut subscriber = client.get_async_pubsub().await.unwrap();
     subscriber
         .subscribe("icecache:lease-invalidations")
         .await
         .unwrap();
-    let (position, mut members) = scripts
-        .invalidate(&mut connection, b"write 5 table t", 0xd9)
-        .await
-        .unwrap();
+    let (position, mut members) = s.invalidate(b"write 5 table t").await;
     assert_eq!(
         position,
         Position {
@@ -119,10 +126,7 @@ async fn an_invalidation_moves_the_log_and_is_published_with_its_position() {
         read_invalidation(&payload),
         Some((position, &b"write 5 table t"[..]))
     );
-    let (next, _) = scripts
-        .invalidate(&mut connection, b"x", 0xd9)
-        .await
-        .unwrap();
+    let (next, _) = s.invalidate(b"x").await;
     assert_eq!(
         next,
         Position {
@@ -134,25 +138,15 @@ async fn an_invalidation_moves_the_log_and_is_published_with_its_position() {
 
 #[tokio::test]
 async fn a_member_ahead_of_the_log_starts_a_new_dataset() {
-    let Setup {
-        redis: _redis,
-        scripts,
-        mut connection,
-    } = setup().await;
-    scripts
-        .heartbeat(&mut connection, &beat(ME, None, 1), 0xd1)
-        .await
-        .unwrap();
-    scripts.invalidate(&mut connection, b"x", 0).await.unwrap();
+    let mut s = setup().await;
+    s.beat(ME, None, 1, 0xd1).await;
+    s.invalidate(b"x").await;
     // As after a failover to a Redis that lost the log's last moves.
     let ahead = Position {
         dataset: 0xd1,
         seq: 5,
     };
-    let reply = scripts
-        .heartbeat(&mut connection, &beat(ME, Some(ahead), 2), 0xe1)
-        .await
-        .unwrap();
+    let reply = s.beat(ME, Some(ahead), 2, 0xe1).await;
     assert_eq!(
         reply.position,
         Position {
@@ -164,10 +158,7 @@ async fn a_member_ahead_of_the_log_starts_a_new_dataset() {
         dataset: 0x99,
         seq: 50,
     };
-    let reply = scripts
-        .heartbeat(&mut connection, &beat(PEER, Some(elsewhere), 3), 0xf1)
-        .await
-        .unwrap();
+    let reply = s.beat(PEER, Some(elsewhere), 3, 0xf1).await;
     assert_eq!(
         reply.position.dataset, 0xe1,
         "a position in another dataset proves no loss"
@@ -176,20 +167,10 @@ async fn a_member_ahead_of_the_log_starts_a_new_dataset() {
 
 #[tokio::test]
 async fn a_flushed_redis_starts_a_new_dataset_that_lists_nobody() {
-    let Setup {
-        redis,
-        scripts,
-        mut connection,
-    } = setup().await;
-    let first = scripts
-        .heartbeat(&mut connection, &beat(ME, None, 1), 0xd1)
-        .await
-        .unwrap();
-    redis.flushall();
-    let reply = scripts
-        .heartbeat(&mut connection, &beat(ME, Some(first.position), 2), 0xe1)
-        .await
-        .unwrap();
+    let mut s = setup().await;
+    let first = s.beat(ME, None, 1, 0xd1).await;
+    s.redis.flushall();
+    let reply = s.beat(ME, Some(first.position), 2, 0xe1).await;
     assert_eq!(
         reply.position,
         Position {
@@ -202,41 +183,13 @@ async fn a_flushed_redis_starts_a_new_dataset_that_lists_nobody() {
 
 #[tokio::test]
 async fn a_member_is_forgotten_only_at_the_stamp_and_dataset_seen() {
-    let Setup {
-        redis: _redis,
-        scripts,
-        mut connection,
-    } = setup().await;
-    scripts
-        .heartbeat(&mut connection, &beat(ME, None, 1), 0xd1)
-        .await
-        .unwrap();
-    scripts
-        .heartbeat(&mut connection, &beat(PEER, None, 0x51), 0)
-        .await
-        .unwrap();
-    assert!(
-        !scripts
-            .forget(&mut connection, PEER, 0xd1, 0x50)
-            .await
-            .unwrap(),
-        "another stamp"
-    );
-    assert!(
-        !scripts
-            .forget(&mut connection, PEER, 0xd2, 0x51)
-            .await
-            .unwrap(),
-        "another dataset"
-    );
-    assert!(scripts
-        .forget(&mut connection, PEER, 0xd1, 0x51)
-        .await
-        .unwrap());
-    let reply = scripts
-        .heartbeat(&mut connection, &beat(PEER, None, 0x52), 0)
-        .await
-        .unwrap();
+    let mut s = setup().await;
+    s.beat(ME, None, 1, 0xd1).await;
+    s.beat(PEER, None, 0x51, 0).await;
+    assert!(!s.forget(PEER, 0xd1, 0x50).await, "another stamp");
+    assert!(!s.forget(PEER, 0xd2, 0x51).await, "another dataset");
+    assert!(s.forget(PEER, 0xd1, 0x51).await);
+    let reply = s.beat(PEER, None, 0x52, 0).await;
     assert!(
         !reply.known,
         "a member forgotten is unlisted when it renews"

@@ -76,14 +76,7 @@ pub(super) enum Ev {
         table: usize,
         began: u64,
     },
-    Fetched {
-        table: usize,
-        version: u64,
-        ticket: u64,
-        generation: u64,
-        began: u64,
-        fill: u64,
-    },
+    Fetched(Fetch),
     Write {
         table: usize,
     },
@@ -131,4 +124,16 @@ impl Ord for Queued {
     fn cmp(&self, other: &Self) -> std::cmp::Ordering {
         (self.at, self.order).cmp(&(other.at, other.order))
     }
+}
+
+/// A catalog answer to a load, on its way back to the replica that asked.
+#[derive(Debug, Clone)]
+pub(super) struct Fetch {
+    pub(super) table: usize,
+    pub(super) version: u64,
+    /// The table's ticket and the replica's generation when the fill began.
+    pub(super) ticket: u64,
+    pub(super) generation: u64,
+    pub(super) began: u64,
+    pub(super) fill: u64,
 }

@@ -6,7 +6,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::super::{Apply, Renewal, Trust, Verdict};
-use super::events::{Cmd, Ev};
+use super::events::{Cmd, Ev, Fetch};
 use super::{Answered, Entry, Served, World, Writing, FRESH_FOR_US, RETRY_US};
 
 impl World {
@@ -99,39 +99,32 @@ impl World {
                 self.at(
                     self.now + took,
                     Some((r, incarnation)),
-                    Ev::Fetched {
+                    Ev::Fetched(Fetch {
                         table,
                         version,
                         ticket,
                         generation,
                         began,
                         fill,
-                    },
+                    }),
                 );
             }
-            Ev::Fetched {
-                table,
-                version,
-                ticket,
-                generation,
-                began,
-                fill,
-            } => {
+            Ev::Fetched(fetch) => {
                 let replica = &mut self.replicas[r];
-                if replica.tickets[table] == ticket {
+                if replica.tickets[fetch.table] == fetch.ticket {
                     let entry = Entry {
-                        version,
-                        generation,
-                        expires: fill + FRESH_FOR_US,
-                        filled_from: fill,
+                        version: fetch.version,
+                        generation: fetch.generation,
+                        expires: fetch.fill + FRESH_FOR_US,
+                        filled_from: fetch.fill,
                     };
-                    replica.entries.insert(table, entry);
+                    replica.entries.insert(fetch.table, entry);
                 }
                 self.served.push(Served {
-                    table,
-                    began,
-                    version,
-                    filled_from: fill,
+                    table: fetch.table,
+                    began: fetch.began,
+                    version: fetch.version,
+                    filled_from: fetch.fill,
                 });
             }
             Ev::Write { table } => {
