@@ -54,6 +54,11 @@ impl RedisTier {
 
     async fn offer_to(&self, ask: &mut TierAsk<'_>) -> TierFill {
         let cluster = &self.cluster;
+        if cluster.consistency() == Consistency::Leases {
+            // Entries are current by this replica's lease, not by the tokens in Redis: what
+            // another replica shared cannot be checked against it yet.
+            return TierFill::Alone;
+        }
         if cluster.distrusts_tier() {
             // A replica gone quiet may have answered writes Redis's tokens do not show: an
             // entry shared under them may be older than such a write.
@@ -142,6 +147,14 @@ impl RedisTier {
 
 impl Tier for RedisTier {
     fn coordinate<'a>(&'a self, key: &'a CacheKey) -> Coordinating<'a> {
+        if self.cluster.consistency() == Consistency::Leases {
+            // No round trip: the lease says whether memory may be trusted, and its
+            // generation whether an entry was filled since everything was last dropped.
+            return Coordinating::Ready(match self.cluster.lease_tokens() {
+                Some(tokens) => Coordination::Tokens(tokens),
+                None => self.when_down(),
+            });
+        }
         if self.cluster.distrusts_tier() {
             // Redis is away, or a replica that may be answering writes Redis does not hear
             // of has gone quiet.
@@ -155,6 +168,9 @@ impl Tier for RedisTier {
     }
 
     fn trusted(&self) -> bool {
+        if self.cluster.consistency() == Consistency::Leases {
+            return self.cluster.lease_tokens().is_some();
+        }
         !self.cluster.distrusts_tier()
     }
 

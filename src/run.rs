@@ -174,8 +174,11 @@ pub async fn run(
         if let Some(mut announced) = cluster.invalidations() {
             let cache = cache.clone();
             tokio::spawn(async move {
-                while let Some(touched) = announced.recv().await {
-                    cache.invalidate(&touched, Cause::Tier);
+                while let Some(invalidation) = announced.recv().await {
+                    cache.invalidate(&invalidation.touched, Cause::Tier);
+                    if let Some(dropped) = invalidation.dropped {
+                        let _ = dropped.send(());
+                    }
                 }
             });
         }

@@ -15,6 +15,7 @@
 mod announce;
 mod barrier;
 mod health;
+mod lease;
 mod members;
 mod names;
 mod redis_parts;
@@ -48,6 +49,21 @@ use names::Names;
 use redis_parts::{client, random_token};
 use shared::Rejected;
 use subscription::{Listening, Subscriber};
+
+/// What the cache must drop, and (under leases) whom to tell once it has.
+pub struct Invalidation {
+    pub touched: Touched,
+    pub dropped: Option<oneshot::Sender<()>>,
+}
+
+impl Invalidation {
+    pub fn of(touched: Touched) -> Invalidation {
+        Invalidation {
+            touched,
+            dropped: None,
+        }
+    }
+}
 
 #[derive(Debug, Error)]
 pub enum ClusterError {
@@ -84,7 +100,9 @@ pub struct Cluster {
     /// This process, in messages and leases.
     replica: String,
     metrics: Arc<ClusterMetrics>,
-    invalidations: Mutex<Option<mpsc::UnboundedReceiver<Touched>>>,
+    invalidations: Mutex<Option<mpsc::UnboundedReceiver<Invalidation>>>,
+    /// Under `consistency = "leases"`: this replica's lease and the writes waiting on it.
+    leases: Option<Arc<lease::Leases>>,
     listening: Arc<Listening>,
     release: redis::Script,
     replay_claim: redis::Script,
@@ -139,6 +157,16 @@ impl Cluster {
             replica.clone(),
         ));
         let (invalidate, invalidations) = mpsc::unbounded_channel();
+        let leases = (settings.consistency == Consistency::Leases).then(|| {
+            let leases = Arc::new(lease::Leases::new(
+                &names,
+                settings.redis_timeout,
+                &replica,
+                connection.clone(),
+            ));
+            tokio::spawn(leases.clone().renew());
+            leases
+        });
         let cluster = Arc::new(Cluster {
             mac_key: settings.key.subkey("shared entries"),
             settings,
@@ -149,6 +177,7 @@ impl Cluster {
             replica,
             metrics,
             invalidations: Mutex::new(Some(invalidations)),
+            leases,
             listening: Arc::default(),
             release: redis::Script::new(RELEASE),
             replay_claim: redis::Script::new(replays::CLAIM),
@@ -166,6 +195,7 @@ impl Cluster {
                 health: cluster.health.clone(),
                 metrics: cluster.metrics.clone(),
                 invalidate,
+                leases: cluster.leases.clone(),
             }
             .run(),
         );
@@ -199,8 +229,14 @@ impl Cluster {
     }
 
     /// What other replicas announced, for the cache to invalidate locally (taken once).
-    pub fn invalidations(&self) -> Option<mpsc::UnboundedReceiver<Touched>> {
+    pub fn invalidations(&self) -> Option<mpsc::UnboundedReceiver<Invalidation>> {
         self.invalidations.lock().ok()?.take()
+    }
+
+    /// Under leases: what an entry must have been filled under to be served now, or None
+    /// while the lease does not hold. None as well when the tier is not on leases.
+    pub fn lease_tokens(&self) -> Option<Tokens> {
+        self.leases.as_ref()?.tokens()
     }
 
     /// The current tokens of `table`, read in a round that starts after this call.
@@ -265,6 +301,20 @@ impl Cluster {
                     .to_string(),
             )
             .ignore();
+        if let Some(leases) = &self.leases {
+            // The tokens still move (a shared entry is checked against them); the lease
+            // invalidation is what the others acknowledge before the write answers.
+            let mut connection = self.connection.clone();
+            let moved = tokio::time::timeout(
+                self.settings.redis_timeout,
+                pipe.query_async::<(u64,)>(&mut connection),
+            )
+            .await;
+            if matches!(moved, Ok(Ok(_))) {
+                self.metrics.published();
+            }
+            return leases.publish(touched).await;
+        }
         if !self.health.is_degraded() {
             self.metrics.round_trip(RoundTrip::Announce);
             let mut connection = self.connection.clone();
@@ -316,6 +366,9 @@ impl Cluster {
     /// Takes this replica out of the tier's heartbeats (a clean shutdown: the others need not
     /// wait for it).
     pub async fn leave(&self) {
+        if let Some(leases) = &self.leases {
+            leases.leave().await;
+        }
         let mut connection = self.connection.clone();
         let mut gone = redis::cmd("HDEL");
         gone.arg(self.names.members()).arg(&self.replica);

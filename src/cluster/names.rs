@@ -2,6 +2,7 @@
 //! (the cluster key), so the names are short and say nothing of the tables or callers behind
 //! them to anyone who can read Redis.
 
+use super::trust::scripts::LeaseKeys;
 use crate::catalog::names::LooseName;
 
 pub struct Names {
@@ -94,6 +95,20 @@ impl Names {
 
     pub fn channel(&self) -> String {
         format!("{}:invalidations", self.prefix)
+    }
+
+    /// Where the lease model keeps its log, its members, and publishes its invalidations and
+    /// their acknowledgements (`consistency = "leases"`).
+    pub fn lease_keys(&self) -> LeaseKeys {
+        LeaseKeys {
+            log: format!("{}:lease:log", self.prefix),
+            members: format!("{}:lease:members", self.prefix),
+            channel: format!("{}:lease:invalidations", self.prefix),
+        }
+    }
+
+    pub fn ack_channel(&self) -> String {
+        format!("{}:lease:acks", self.prefix)
     }
 }
 

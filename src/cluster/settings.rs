@@ -13,6 +13,10 @@ pub enum Consistency {
     ReadYourWrites,
     /// It reflects the write once the invalidation message arrives (the delay is exported).
     Bounded,
+    /// It reflects the write, and a hit asks Redis nothing: each replica serves from memory
+    /// while its lease holds, and a write answers once every replica acknowledged it or its
+    /// lease ran out (`cluster::trust`). Experimental: nothing is shared between replicas yet.
+    Leases,
 }
 
 impl Consistency {
@@ -20,6 +24,7 @@ impl Consistency {
         match self {
             Consistency::ReadYourWrites => "read-your-writes",
             Consistency::Bounded => "bounded",
+            Consistency::Leases => "leases",
         }
     }
 }

@@ -13,13 +13,15 @@ use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{PushInfo, PushKind};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
 use super::announce::Message;
 use super::health::{Health, HEARTBEAT};
+use super::lease::Leases;
 use super::redis_parts::client;
 use super::settings::Consistency;
+use super::Invalidation;
 use crate::catalog::writes::Touched;
 use crate::clock::now_ms;
 use crate::telemetry::cluster::Heard;
@@ -61,7 +63,9 @@ pub struct Subscriber {
     /// Which heartbeats Redis took (each must be heard here).
     pub health: Arc<Health>,
     pub metrics: Arc<ClusterMetrics>,
-    pub invalidate: mpsc::UnboundedSender<Touched>,
+    pub invalidate: mpsc::UnboundedSender<Invalidation>,
+    /// Under leases: where lease invalidations and acknowledgements go.
+    pub leases: Option<Arc<Leases>>,
 }
 
 impl Subscriber {
@@ -145,7 +149,11 @@ impl Subscriber {
                         _ => unheard_since = None,
                     }
                     if !self.listening.is_live() {
-                        let channels = [self.channel.as_str(), self.beat_channel.as_str()];
+                        let mut channels = vec![self.channel.clone(), self.beat_channel.clone()];
+                        if let Some(leases) = &self.leases {
+                            channels.push(leases.lease_channel().to_owned());
+                            channels.push(leases.ack_channel().to_owned());
+                        }
                         if let Err(e) = manager.subscribe(&channels[..]).await {
                             tracing::debug!(error = %e, "subscribing to announcements failed");
                         }
@@ -163,12 +171,22 @@ impl Subscriber {
                     self.listening.set(true, &self.metrics);
                     if self.consistency == Consistency::Bounded {
                         // Filled while no message could arrive: one may have been missed.
-                        let _ = self.invalidate.send(Touched::Everything);
+                        self.drop_all();
                     }
                 }
                 return Some(beat_number(&push));
             }
-            PushKind::Message => self.message(&push),
+            PushKind::Message => match (&self.leases, channel_of(&push)) {
+                (Some(leases), Some(channel)) if channel == leases.lease_channel().as_bytes() => {
+                    self.lease_invalidation(leases, &push);
+                }
+                (Some(leases), Some(channel)) if channel == leases.ack_channel().as_bytes() => {
+                    if let Some(payload) = payload_of(&push) {
+                        leases.acknowledged(&payload);
+                    }
+                }
+                _ => self.message(&push),
+            },
             PushKind::Disconnection => {
                 if self.listening.is_live() {
                     tracing::warn!("the Redis subscription dropped; re-checking until it is back");
@@ -181,21 +199,40 @@ impl Subscriber {
     }
 
     fn on_beat_channel(&self, push: &PushInfo) -> bool {
-        push.data
-            .first()
-            .and_then(|v| redis::from_redis_value_ref::<Vec<u8>>(v).ok())
-            .is_some_and(|channel| channel == self.beat_channel.as_bytes())
+        channel_of(push).is_some_and(|channel| channel == self.beat_channel.as_bytes())
+    }
+
+    fn drop_all(&self) {
+        let _ = self.invalidate.send(Invalidation::of(Touched::Everything));
+    }
+
+    /// Applies a lease invalidation in the order heard, and acknowledges it once the cache
+    /// has dropped what it touched.
+    fn lease_invalidation(&self, leases: &Arc<Leases>, push: &PushInfo) {
+        let (touched, ack) = match payload_of(push) {
+            Some(payload) => leases.heard(&payload),
+            None => (Touched::Everything, None),
+        };
+        let Some(ack) = ack else {
+            let _ = self.invalidate.send(Invalidation::of(touched));
+            return;
+        };
+        let (dropped, done) = oneshot::channel();
+        let invalidation = Invalidation {
+            touched,
+            dropped: Some(dropped),
+        };
+        if self.invalidate.send(invalidation).is_ok() {
+            tokio::spawn(leases.clone().acknowledge_after(done, ack));
+        }
     }
 
     fn message(&self, push: &PushInfo) {
-        let payload = push
-            .data
-            .get(1)
-            .and_then(|v| redis::from_redis_value_ref::<Vec<u8>>(v).ok());
+        let payload = payload_of(push);
         let Some(message) = payload.and_then(|p| serde_json::from_slice::<Message>(&p).ok()) else {
             // Something wrote to the channel that icecache cannot read: assume the worst.
             self.metrics.heard(Heard::Unreadable);
-            let _ = self.invalidate.send(Touched::Everything);
+            self.drop_all();
             return;
         };
         if message.r == self.replica {
@@ -205,8 +242,20 @@ impl Subscriber {
         let delay = now_ms().saturating_sub(message.ms);
         self.metrics
             .propagated(Duration::from_millis(delay).as_secs_f64());
-        let _ = self.invalidate.send(message.touched());
+        let _ = self.invalidate.send(Invalidation::of(message.touched()));
     }
+}
+
+fn channel_of(push: &PushInfo) -> Option<Vec<u8>> {
+    push.data
+        .first()
+        .and_then(|v| redis::from_redis_value_ref::<Vec<u8>>(v).ok())
+}
+
+fn payload_of(push: &PushInfo) -> Option<Vec<u8>> {
+    push.data
+        .get(1)
+        .and_then(|v| redis::from_redis_value_ref::<Vec<u8>>(v).ok())
 }
 
 /// The number a heartbeat published (0 when unreadable: it still proves the subscription).

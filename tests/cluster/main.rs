@@ -10,6 +10,7 @@ mod support;
 
 mod faults;
 mod lease_scripts;
+mod leases;
 mod one_cache;
 mod partitions;
 mod replays;

@@ -1,0 +1,343 @@
+//! The tier on leases (`consistency = "leases"`): the I/O around the pure rules of `trust`.
+//! Heartbeats renew this replica's lease through the heartbeat script; invalidations heard on
+//! the lease channel are applied, then acknowledged once the cache has dropped what they
+//! touched; a write publishes its invalidation through the invalidate script and answers once
+//! `trust` says it may. A lookup asks nothing of Redis: it reads the lease.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use redis::aio::ConnectionManager;
+use tokio::sync::{oneshot, Notify};
+use tokio::time::Instant;
+
+use super::announce::Message;
+use super::names::Names;
+use super::redis_parts::random_token;
+use super::trust::scripts::{read_invalidation, LeaseScripts};
+use super::trust::{Apply, MemberId, Rules, Trust, Verdict, WriteWait, DEFAULT_LEASE};
+use crate::catalog::writes::Touched;
+use crate::clock::now_ms;
+use crate::coordination::{Cover, Tokens};
+
+/// How long a write keeps trying to publish its invalidation before it answers that its
+/// outcome may not be seen by the others (`Cover::Lost`).
+const PUBLISH_PATIENCE: Duration = Duration::from_secs(5);
+/// How long an invalidation that could not be published in time is still tried, in the
+/// background, so that the others drop what the write made old once Redis answers again.
+const PUBLISH_LATER_FOR: Duration = Duration::from_secs(120);
+/// Marks tokens as a lease generation's, never equal to tokens read from Redis.
+const LEASE_MARK: u64 = u64::MAX;
+
+/// A write waiting to answer: acknowledgements may arrive before its position does.
+enum Slot {
+    Early(Vec<MemberId>),
+    Waiting(WriteWait, Arc<Notify>),
+}
+
+pub struct Leases {
+    trust: Mutex<Trust>,
+    scripts: LeaseScripts,
+    connection: ConnectionManager,
+    lease_channel: String,
+    members_key: String,
+    ack_channel: String,
+    replica: String,
+    slots: Mutex<HashMap<u64, Slot>>,
+}
+
+impl Leases {
+    pub fn new(
+        names: &Names,
+        timeout: Duration,
+        replica: &str,
+        connection: ConnectionManager,
+    ) -> Leases {
+        Leases {
+            trust: Mutex::new(Trust::new(Rules::new(DEFAULT_LEASE), random_token())),
+            lease_channel: names.lease_keys().channel,
+            members_key: names.lease_keys().members,
+            scripts: LeaseScripts::new(names.lease_keys(), timeout),
+            connection,
+            ack_channel: names.ack_channel(),
+            replica: replica.to_owned(),
+            slots: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn member(&self) -> MemberId {
+        self.trust.lock().map_or(0, |t| t.member())
+    }
+
+    /// What an entry must have been filled under to be served now: None while the lease does
+    /// not hold (the lookup asks the catalog).
+    pub fn tokens(&self) -> Option<Tokens> {
+        let trust = self.trust.lock().ok()?;
+        let generation = trust.generation();
+        (trust.may_serve(Instant::now(), generation) == Verdict::Serve)
+            .then(|| Tokens(vec![LEASE_MARK, generation]))
+    }
+
+    /// Renews the lease four times a lease, forgetting members whose leases ran out.
+    pub async fn renew(self: Arc<Self>) {
+        let every = self
+            .trust
+            .lock()
+            .map_or(DEFAULT_LEASE / 4, |t| t.rules().heartbeat_every());
+        let mut tick = tokio::time::interval(every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            let Ok(beat) = self.trust.lock().map(|t| t.heartbeat(random_token())) else {
+                return;
+            };
+            let sent = Instant::now();
+            let mut connection = self.connection.clone();
+            let reply = self
+                .scripts
+                .heartbeat(&mut connection, &beat, random_token())
+                .await;
+            let reply = match reply {
+                Ok(reply) => reply,
+                Err(e) => {
+                    tracing::debug!(error = %e, "a lease heartbeat failed");
+                    continue;
+                }
+            };
+            let (expired, dataset) = {
+                let Ok(mut trust) = self.trust.lock() else {
+                    return;
+                };
+                let now = Instant::now();
+                trust.answered(sent, now, &reply);
+                (
+                    trust.expired_peers(now),
+                    trust.dataset().unwrap_or_default(),
+                )
+            };
+            for (member, stamp) in expired {
+                let forgotten = self
+                    .scripts
+                    .forget(&mut connection, member, dataset, stamp)
+                    .await;
+                if let Err(e) = forgotten {
+                    tracing::debug!(error = %e, "forgetting a replica whose lease ran out failed");
+                }
+            }
+        }
+    }
+
+    /// An invalidation heard on the lease channel: what the cache must drop, and the
+    /// acknowledgement to publish once it has (none for this replica's own writes, or for a
+    /// message it cannot read: that writer waits out this replica's lease).
+    pub fn heard(&self, published: &[u8]) -> (Touched, Option<String>) {
+        let Some((position, rest)) = read_invalidation(published) else {
+            return (Touched::Everything, None);
+        };
+        let apply = match self.trust.lock() {
+            Ok(mut trust) => trust.invalidation(Instant::now(), position),
+            Err(_) => Apply::Everything,
+        };
+        let Some((write, message)) = read_write(rest) else {
+            return (Touched::Everything, None);
+        };
+        let touched = match apply {
+            Apply::Everything => Touched::Everything,
+            Apply::Touched => message.touched(),
+        };
+        let ack =
+            (message.r != self.replica).then(|| format!("{:016x} {write:016x}", self.member()));
+        (touched, ack)
+    }
+
+    /// Publishes `ack` once the cache says it dropped what the invalidation touched.
+    pub async fn acknowledge_after(self: Arc<Self>, dropped: oneshot::Receiver<()>, ack: String) {
+        if dropped.await.is_err() {
+            return;
+        }
+        let mut connection = self.connection.clone();
+        let mut publish = redis::cmd("PUBLISH");
+        publish.arg(&self.ack_channel).arg(ack);
+        let sent =
+            tokio::time::timeout(DEFAULT_LEASE, publish.query_async::<i64>(&mut connection)).await;
+        if !matches!(sent, Ok(Ok(_))) {
+            tracing::debug!("an acknowledgement was not published; its writer waits out the lease");
+        }
+    }
+
+    pub fn lease_channel(&self) -> &str {
+        &self.lease_channel
+    }
+
+    pub fn ack_channel(&self) -> &str {
+        &self.ack_channel
+    }
+
+    /// An acknowledgement heard on the acknowledgement channel.
+    pub fn acknowledged(&self, published: &[u8]) {
+        let Some((member, write)) = read_ack(published) else {
+            return;
+        };
+        let Ok(mut slots) = self.slots.lock() else {
+            return;
+        };
+        match slots.get_mut(&write) {
+            Some(Slot::Early(acks)) => acks.push(member),
+            Some(Slot::Waiting(wait, woken)) => {
+                wait.acknowledged(member, write);
+                woken.notify_one();
+            }
+            None => {}
+        }
+    }
+
+    /// Publishes a write's invalidation and waits until the write may answer: every replica
+    /// listed acknowledged it, or its lease has certainly run out.
+    pub async fn publish(self: &Arc<Self>, touched: &Touched) -> Cover {
+        let write = random_token();
+        let message = Message::new(&self.replica, now_ms(), touched);
+        let body = format!(
+            "{write:016x} {}",
+            serde_json::to_string(&message).unwrap_or_default()
+        );
+        self.slot(write, Some(Slot::Early(Vec::new())));
+        let started = Instant::now();
+        let cover = loop {
+            let mut connection = self.connection.clone();
+            let published = self
+                .scripts
+                .invalidate(&mut connection, body.as_bytes(), random_token())
+                .await;
+            match published {
+                Ok((position, members)) => {
+                    let wait = match self.trust.lock() {
+                        Ok(trust) => trust.begin_write(Instant::now(), write, position, &members),
+                        Err(_) => break Cover::Lost,
+                    };
+                    break self.wait(write, wait).await;
+                }
+                Err(e) if started.elapsed() >= PUBLISH_PATIENCE => {
+                    tracing::warn!(
+                        error = %e,
+                        "a write's invalidation could not be published; trying on in the background"
+                    );
+                    tokio::spawn(self.clone().publish_later(body.clone()));
+                    break Cover::Lost;
+                }
+                Err(e) => {
+                    tracing::debug!(error = %e, "publishing a write's invalidation failed; again");
+                    tokio::time::sleep(DEFAULT_LEASE / 10).await;
+                }
+            }
+        };
+        self.slot(write, None);
+        cover
+    }
+
+    /// Goes on publishing an invalidation whose write was answered as lost, waiting for no
+    /// acknowledgement: the others drop what it touched once Redis answers.
+    async fn publish_later(self: Arc<Self>, body: String) {
+        let started = Instant::now();
+        while started.elapsed() < PUBLISH_LATER_FOR {
+            tokio::time::sleep(DEFAULT_LEASE).await;
+            let mut connection = self.connection.clone();
+            let published = self
+                .scripts
+                .invalidate(&mut connection, body.as_bytes(), random_token())
+                .await;
+            if published.is_ok() {
+                return;
+            }
+        }
+        tracing::warn!("a write's invalidation was never published");
+    }
+
+    /// Takes this replica out of the members (a clean shutdown: writes need not wait out its
+    /// lease).
+    pub async fn leave(&self) {
+        let member = format!("{:016x}", self.member());
+        let mut connection = self.connection.clone();
+        let mut gone = redis::cmd("HDEL");
+        gone.arg(&self.members_key).arg(member);
+        let _ = tokio::time::timeout(DEFAULT_LEASE, gone.query_async::<i64>(&mut connection)).await;
+    }
+
+    fn slot(&self, write: u64, slot: Option<Slot>) -> Option<Slot> {
+        let mut slots = self.slots.lock().ok()?;
+        match slot {
+            Some(slot) => slots.insert(write, slot),
+            None => slots.remove(&write),
+        }
+    }
+
+    async fn wait(&self, write: u64, mut wait: WriteWait) -> Cover {
+        let woken = Arc::new(Notify::new());
+        if let Some(Slot::Early(acks)) = self.slot(write, None) {
+            for member in acks {
+                wait.acknowledged(member, write);
+            }
+        }
+        let deadline = wait.deadline();
+        self.slot(write, Some(Slot::Waiting(wait, woken.clone())));
+        loop {
+            let ready = match self.slots.lock() {
+                Ok(slots) => match slots.get(&write) {
+                    Some(Slot::Waiting(wait, _)) => wait.may_answer(Instant::now()),
+                    _ => true,
+                },
+                Err(_) => true,
+            };
+            if ready {
+                return Cover::Announced;
+            }
+            tokio::select! {
+                () = woken.notified() => {}
+                () = tokio::time::sleep_until(deadline) => {}
+            }
+        }
+    }
+}
+
+/// A lease invalidation's own part: the write's id, then its message.
+fn read_write(rest: &[u8]) -> Option<(u64, Message)> {
+    let space = rest.iter().position(|b| *b == b' ')?;
+    let write = u64::from_str_radix(std::str::from_utf8(&rest[..space]).ok()?, 16).ok()?;
+    let message = serde_json::from_slice(&rest[space + 1..]).ok()?;
+    Some((write, message))
+}
+
+/// An acknowledgement: the member's id and the write's, in hex.
+fn read_ack(published: &[u8]) -> Option<(MemberId, u64)> {
+    let text = std::str::from_utf8(published).ok()?;
+    let (member, write) = text.split_once(' ')?;
+    Some((
+        u64::from_str_radix(member, 16).ok()?,
+        u64::from_str_radix(write, 16).ok()?,
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_acknowledgement_reads_back() {
+        assert_eq!(
+            read_ack(b"00000000000000a1 00000000000000b2"),
+            Some((0xa1, 0xb2))
+        );
+        assert_eq!(read_ack(b"a1"), None);
+        assert_eq!(read_ack(b"zz b2"), None);
+    }
+
+    #[test]
+    fn a_write_message_reads_back() {
+        let message = Message::new("r1", 5, &Touched::Everything);
+        let body = format!("00ff {}", serde_json::to_string(&message).unwrap());
+        let (write, read) = read_write(body.as_bytes()).unwrap();
+        assert_eq!(write, 0xff);
+        assert_eq!(read.r, "r1");
+        assert!(read_write(b"00ff not json").is_none());
+    }
+}

@@ -1,0 +1,154 @@
+//! `consistency = "leases"` on a real redis-server: every load after a write's answer reflects
+//! it on every replica, with hits that ask Redis nothing; a replica stopped past its lease, or
+//! killed, costs a write its lease and serves nothing the write made old.
+
+use std::process::Command;
+
+use crate::gate::Gate;
+use crate::replica::{commit, standin, version_at};
+use crate::support::cluster::{load, Redis, Tier};
+use crate::support::standin::Shape;
+use crate::support::{eventually, x_cache};
+
+/// Entries kept an hour: only the leases and the invalidations keep them current.
+const LEASES: &[&str] = &["--cluster-consistency", "leases", "--fresh-for", "1h"];
+
+async fn tier_of(n: usize) -> (crate::support::standin::StandIn, Redis, Tier) {
+    let catalog = standin(Shape::default()).await;
+    let redis = Redis::start().await;
+    let tier = Tier::start(n, &catalog.url, &redis, LEASES).await;
+    (catalog, redis, tier)
+}
+
+/// Loads at `url` until one is answered from memory (the replica holds a lease and the entry).
+async fn until_hit(url: &str) {
+    eventually("a load answered from memory", || async {
+        x_cache(&load(url, "alice").await) == "HIT"
+    })
+    .await;
+}
+
+fn signal(pid: u32, signal: &str) {
+    let sent = Command::new("kill")
+        .args([signal, &pid.to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(sent.success(), "kill {signal} {pid}");
+}
+
+#[tokio::test]
+async fn every_load_after_a_commit_reflects_it_on_every_replica() {
+    let (_catalog, _redis, tier) = tier_of(3).await;
+    for replica in 0..3 {
+        until_hit(tier.url(replica)).await;
+    }
+    for trial in 0..60 {
+        let committed = commit(tier.url(trial)).await;
+        for reader in 0..3 {
+            let seen = version_at(tier.url(trial + reader)).await;
+            assert!(seen >= committed, "trial {trial}: {seen} after {committed}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_hit_asks_redis_nothing() {
+    let (_catalog, redis, tier) = tier_of(2).await;
+    until_hit(tier.url(0)).await;
+    let reads = || ["get", "mget", "exists"].map(|c| redis.calls(c));
+    let before = reads();
+    let mut hits = 0;
+    for _ in 0..200 {
+        if x_cache(&load(tier.url(0), "alice").await) == "HIT" {
+            hits += 1;
+        }
+    }
+    assert!(hits > 0, "no load was answered from memory");
+    assert_eq!(
+        reads(),
+        before,
+        "GET, MGET, EXISTS calls during {hits} hits"
+    );
+}
+
+#[tokio::test]
+async fn a_replica_stopped_past_its_lease_serves_no_write_it_missed() {
+    let (_catalog, _redis, tier) = tier_of(3).await;
+    until_hit(tier.url(2)).await;
+    let stopped = tier.replicas[2].pid();
+    signal(stopped, "-STOP");
+    // Replica 2 cannot acknowledge: the commit answers once its lease has run out.
+    let committed = commit(tier.url(0)).await;
+    signal(stopped, "-CONT");
+    let seen = version_at(tier.url(2)).await;
+    assert!(seen >= committed, "{seen} after {committed}");
+}
+
+#[tokio::test]
+async fn with_a_replica_killed_the_others_answer_hits_of_what_was_written() {
+    let (_catalog, _redis, mut tier) = tier_of(3).await;
+    until_hit(tier.url(1)).await;
+    tier.replicas[2].kill_now();
+    let committed = commit(tier.url(0)).await;
+    assert!(version_at(tier.url(1)).await >= committed);
+    eventually("a hit of the committed version on a survivor", || async {
+        let response = load(tier.url(1), "alice").await;
+        let hit = x_cache(&response) == "HIT";
+        let body: serde_json::Value = response.json().await.unwrap();
+        hit && crate::support::standin::version_of(&body).unwrap() >= committed
+    })
+    .await;
+}
+
+/// Replica 1 reaches Redis through a gate the test can silence; replica 0 directly.
+async fn gated_tier() -> (crate::support::standin::StandIn, Redis, Gate, Tier) {
+    let catalog = standin(Shape::default()).await;
+    let redis = Redis::start().await;
+    let gate = Gate::open(redis.port).await;
+    let tier = Tier::start_at(&[redis.url(), gate.url()], &catalog.url, LEASES).await;
+    until_hit(tier.url(1)).await;
+    (catalog, redis, gate, tier)
+}
+
+/// The version replica 1 serves, asserted no older than `committed`, a few times over.
+async fn never_older(tier: &Tier, committed: u64) {
+    for round in 0..5 {
+        let seen = version_at(tier.url(1)).await;
+        assert!(seen >= committed, "round {round}: {seen} after {committed}");
+    }
+}
+
+#[tokio::test]
+async fn a_replica_cut_off_from_redis_serves_no_write_it_missed() {
+    let (_catalog, _redis, gate, tier) = gated_tier().await;
+    gate.freeze();
+    let committed = commit(tier.url(0)).await;
+    never_older(&tier, committed).await;
+}
+
+#[tokio::test]
+async fn a_replica_whose_subscription_went_quiet_serves_no_write_it_missed() {
+    // Its heartbeats still renew: they find it behind the log and renew nothing until it has
+    // dropped what it held.
+    let (_catalog, _redis, gate, tier) = gated_tier().await;
+    gate.freeze_subscribers();
+    let committed = commit(tier.url(0)).await;
+    never_older(&tier, committed).await;
+}
+
+#[tokio::test]
+async fn with_redis_gone_a_write_is_answered_as_unknown_and_loads_ask_the_catalog() {
+    let (catalog, mut redis, tier) = tier_of(2).await;
+    until_hit(tier.url(1)).await;
+    redis.kill();
+    let table = format!("{}{}", tier.url(0), crate::support::cluster::TABLE);
+    let answer = crate::support::empty_commit(&table, "alice").await;
+    // The catalog made the write, and no replica can be told: success would promise what the
+    // others cannot keep.
+    assert_eq!(answer.status(), 502);
+    let body = answer.text().await.unwrap();
+    assert!(body.contains("CommitStateUnknownException"), "{body}");
+    let committed = catalog.version("t").expect("the stand-in holds the table");
+    let seen = version_at(tier.url(1)).await;
+    assert!(seen >= committed, "{seen} after {committed}");
+}
