@@ -1,8 +1,9 @@
 """Several replicas on Redis beside the single process, loopback only, every run bounded in time.
 
   hits      warm loadTable hits (50 KB body): the single process without Redis, one replica
-            under read-your-writes, one under bounded, and three replicas under read-your-writes
-            with the load split over them; rounds alternate the set-ups, medians and spread
+            under read-your-writes, one under bounded, one under leases, and three replicas
+            under read-your-writes and under leases with the load split over them; rounds
+            alternate the set-ups, medians and spread; the leases goals are checked
   redis/hit Redis commands per hit with wrk paced to about 5,000 hits/s (INFO commandstats)
   stall     how long a small Redis command waits while another client moves values of a size
             (where the shared-entry cap belongs)
@@ -102,21 +103,32 @@ def wrk_many(targets, duration, connections, pids, pace_ms=None):
             "requests": requests, "cpu_us": cpu / max(requests, 1) * 1e6, "errors": errors}
 
 
+LEASES = ["--cluster-consistency", "leases"]
+
+
 def spread(values):
     return f"{statistics.median(values):.0f} ({min(values):.0f}–{max(values):.0f})"
 
 
 def hits(ps, icecache, upstream, options):
-    redis_proc, redis_port = start_redis(ps)
     key = os.path.join(tempfile.mkdtemp(prefix="icecache-cluster-"), "key")
     with open(key, "wb") as f:
         f.write(os.urandom(32))
-    cluster = ["--redis-url", f"redis://127.0.0.1:{redis_port}", "--cluster-key-file", key]
+    redises = {}
+
+    def tier(name, n, extra=()):
+        """n replicas of one set-up on a Redis of their own, so that its commands are its own."""
+        redises[name] = start_redis(ps)
+        url = f"redis://127.0.0.1:{redises[name][1]}"
+        return [["--redis-url", url, "--cluster-key-file", key, *extra]] * n
+
     setups = {
         "single process (no Redis)": [[]],
-        "1 replica, read-your-writes": [cluster],
-        "1 replica, bounded": [cluster + ["--cluster-consistency", "bounded"]],
-        "3 replicas, read-your-writes": [cluster + ["--cluster-key-prefix", "three"]] * 3,
+        "1 replica, read-your-writes": tier("1 replica, read-your-writes", 1),
+        "1 replica, bounded": tier("1 replica, bounded", 1, ["--cluster-consistency", "bounded"]),
+        "3 replicas, read-your-writes": tier("3 replicas, read-your-writes", 3),
+        "1 replica, leases": tier("1 replica, leases", 1, LEASES),
+        "3 replicas, leases": tier("3 replicas, leases", 3, LEASES),
     }
     started = {}
     for name, flags in setups.items():
@@ -128,7 +140,7 @@ def hits(ps, icecache, upstream, options):
         results = {name: [] for name in setups}
         for _ in range(options.rounds):
             for name, procs in started.items():
-                pids = [p.pid for p, _, _ in procs] + ([redis_proc.pid] if setups[name][0] else [])
+                pids = [p.pid for p, _, _ in procs] + ([redises[name][0].pid] if name in redises else [])
                 result = wrk_many([url for _, url, _ in procs], options.duration, connections, pids)
                 assert result["errors"] == 0, (name, result)
                 results[name].append(result)
@@ -142,22 +154,35 @@ def hits(ps, icecache, upstream, options):
             cpu = statistics.median(r["cpu_us"] for r in runs)
             print(f"| {name} | {spread(rps)} | {statistics.median(rps) / base:.2f} | {cpu:.1f} |")
         print()
+        for name in ("1 replica, leases", "3 replicas, leases"):
+            ratio = statistics.median(r["rps"] for r in results[name]) / base
+            verdict = "met" if ratio >= 0.95 else "missed"
+            print(f"goal, {name}, -c{connections}: at least 0.95 of the single process: {ratio:.2f}, {verdict}")
+        print()
 
     print("## Redis commands per hit, wrk paced to about 5,000 hits/s\n")
     print("| set-up | hits/s achieved | Redis commands | per hit |")
     print("|---|---|---|---|")
-    for name in ("1 replica, read-your-writes", "1 replica, bounded", "3 replicas, read-your-writes"):
+    per_hit = {}
+    for name in ("1 replica, read-your-writes", "1 replica, bounded", "3 replicas, read-your-writes",
+                 "1 replica, leases", "3 replicas, leases"):
         procs = started[name]
+        redis_port = redises[name][1]
         before = redis_calls(redis_port)
         # 64 connections, each waiting 10 ms after an answer before asking again: about
         # 5,000/s once the barrier's few milliseconds are added.
         result = wrk_many([url for _, url, _ in procs], options.duration, 64, [], pace_ms=10)
         calls = redis_calls(redis_port) - before
-        print(f"| {name} | {result['rps']:.0f} | {calls} | {calls / max(result['requests'], 1):.4f} |")
+        per_hit[name] = calls / max(result["requests"], 1)
+        print(f"| {name} | {result['rps']:.0f} | {calls} | {per_hit[name]:.4f} |")
+    ratio = per_hit["3 replicas, leases"]
+    print(f"\ngoal, 3 replicas, leases: at most 0.01 Redis commands per hit: {ratio:.4f}, "
+          f"{'met' if ratio <= 0.01 else 'missed'}")
     for procs in started.values():
         for proc, _, _ in procs:
             ps.stop(proc)
-    ps.stop(redis_proc)
+    for redis_proc, _ in redises.values():
+        ps.stop(redis_proc)
 
 
 def stall(ps, duration):

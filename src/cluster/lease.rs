@@ -16,10 +16,12 @@ use super::announce::Message;
 use super::names::Names;
 use super::redis_parts::random_token;
 use super::trust::scripts::{read_invalidation, LeaseScripts};
-use super::trust::{Apply, MemberId, Rules, Trust, Verdict, WriteWait, DEFAULT_LEASE};
+use super::trust::{Apply, MemberId, Renewal, Rules, Trust, Verdict, WriteWait, DEFAULT_LEASE};
 use crate::catalog::writes::Touched;
 use crate::clock::now_ms;
 use crate::coordination::{Cover, Tokens};
+use crate::telemetry::cluster::WaitEnded;
+use crate::telemetry::ClusterMetrics;
 
 /// How long a write keeps trying to publish its invalidation before it answers that its
 /// outcome may not be seen by the others (`Cover::Lost`).
@@ -41,10 +43,10 @@ pub struct Leases {
     scripts: LeaseScripts,
     connection: ConnectionManager,
     lease_channel: String,
-    members_key: String,
     ack_channel: String,
     replica: String,
     slots: Mutex<HashMap<u64, Slot>>,
+    metrics: Arc<ClusterMetrics>,
 }
 
 impl Leases {
@@ -53,16 +55,17 @@ impl Leases {
         timeout: Duration,
         replica: &str,
         connection: ConnectionManager,
+        metrics: Arc<ClusterMetrics>,
     ) -> Leases {
         Leases {
             trust: Mutex::new(Trust::new(Rules::new(DEFAULT_LEASE), random_token())),
             lease_channel: names.lease_keys().channel,
-            members_key: names.lease_keys().members,
             scripts: LeaseScripts::new(names.lease_keys(), timeout),
             connection,
             ack_channel: names.ack_channel(),
             replica: replica.to_owned(),
             slots: Mutex::new(HashMap::new()),
+            metrics,
         }
     }
 
@@ -102,6 +105,7 @@ impl Leases {
                 Ok(reply) => reply,
                 Err(e) => {
                     tracing::debug!(error = %e, "a lease heartbeat failed");
+                    self.metrics.lease_held(self.tokens().is_some());
                     continue;
                 }
             };
@@ -110,12 +114,15 @@ impl Leases {
                     return;
                 };
                 let now = Instant::now();
-                trust.answered(sent, now, &reply);
+                if trust.answered(sent, now, &reply) == Renewal::Reset {
+                    self.metrics.lease_reset();
+                }
                 (
                     trust.expired_peers(now),
                     trust.dataset().unwrap_or_default(),
                 )
             };
+            self.metrics.lease_held(self.tokens().is_some());
             for (member, stamp) in expired {
                 let forgotten = self
                     .scripts
@@ -139,6 +146,9 @@ impl Leases {
             Ok(mut trust) => trust.invalidation(Instant::now(), position),
             Err(_) => Apply::Everything,
         };
+        if apply == Apply::Everything {
+            self.metrics.lease_reset();
+        }
         let Some((write, message)) = read_write(rest) else {
             return (Touched::Everything, None);
         };
@@ -157,12 +167,12 @@ impl Leases {
             return;
         }
         let mut connection = self.connection.clone();
-        let mut publish = redis::cmd("PUBLISH");
-        publish.arg(&self.ack_channel).arg(ack);
-        let sent =
-            tokio::time::timeout(DEFAULT_LEASE, publish.query_async::<i64>(&mut connection)).await;
-        if !matches!(sent, Ok(Ok(_))) {
-            tracing::debug!("an acknowledgement was not published; its writer waits out the lease");
+        let sent = self
+            .scripts
+            .publish(&mut connection, &self.ack_channel, &ack)
+            .await;
+        if let Err(e) = sent {
+            tracing::debug!(error = %e, "an acknowledgement was not published; its writer waits out the lease");
         }
     }
 
@@ -256,11 +266,10 @@ impl Leases {
     /// Takes this replica out of the members (a clean shutdown: writes need not wait out its
     /// lease).
     pub async fn leave(&self) {
-        let member = format!("{:016x}", self.member());
         let mut connection = self.connection.clone();
-        let mut gone = redis::cmd("HDEL");
-        gone.arg(&self.members_key).arg(member);
-        let _ = tokio::time::timeout(DEFAULT_LEASE, gone.query_async::<i64>(&mut connection)).await;
+        if let Err(e) = self.scripts.leave(&mut connection, self.member()).await {
+            tracing::debug!(error = %e, "leaving the lease members failed; the others forget this replica");
+        }
     }
 
     fn slot(&self, write: u64, slot: Option<Slot>) -> Option<Slot> {
@@ -279,16 +288,19 @@ impl Leases {
             }
         }
         let deadline = wait.deadline();
+        let since = Instant::now();
         self.slot(write, Some(Slot::Waiting(wait, woken.clone())));
         loop {
-            let ready = match self.slots.lock() {
+            let ended = match self.slots.lock() {
                 Ok(slots) => match slots.get(&write) {
-                    Some(Slot::Waiting(wait, _)) => wait.may_answer(Instant::now()),
-                    _ => true,
+                    Some(Slot::Waiting(wait, _)) => ended(wait),
+                    _ => Some(WaitEnded::LeaseRanOut),
                 },
-                Err(_) => true,
+                Err(_) => Some(WaitEnded::LeaseRanOut),
             };
-            if ready {
+            if let Some(ended) = ended {
+                let waited = since.elapsed().as_secs_f64();
+                self.metrics.write_waited(ended, waited);
                 return Cover::Announced;
             }
             tokio::select! {
@@ -297,6 +309,17 @@ impl Leases {
             }
         }
     }
+}
+
+/// Whether a write may answer now, and why.
+fn ended(wait: &WriteWait) -> Option<WaitEnded> {
+    if !wait.may_answer(Instant::now()) {
+        return None;
+    }
+    Some(match wait.waiting_for().next() {
+        None => WaitEnded::Acknowledged,
+        Some(_) => WaitEnded::LeaseRanOut,
+    })
 }
 
 /// A lease invalidation's own part: the write's id, then its message.

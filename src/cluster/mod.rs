@@ -163,6 +163,7 @@ impl Cluster {
                 settings.redis_timeout,
                 &replica,
                 connection.clone(),
+                metrics.clone(),
             ));
             tokio::spawn(leases.clone().renew());
             leases

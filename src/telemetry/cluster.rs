@@ -22,6 +22,28 @@ pub struct ClusterMetrics {
     round_lookups: IntCounter,
     lease_waits: IntCounter,
     lease_wait: Histogram,
+    lease_held: IntGauge,
+    lease_resets: IntCounter,
+    write_waits: IntCounterVec,
+    write_wait: Histogram,
+}
+
+/// How a write's wait under leases ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WaitEnded {
+    /// Every replica listed acknowledged the invalidation.
+    Acknowledged,
+    /// Some did not: the write waited out their leases.
+    LeaseRanOut,
+}
+
+impl Label for WaitEnded {
+    fn as_str(self) -> &'static str {
+        match self {
+            WaitEnded::Acknowledged => "acknowledged",
+            WaitEnded::LeaseRanOut => "lease_ran_out",
+        }
+    }
 }
 
 /// What a round trip to Redis was for.
@@ -200,6 +222,31 @@ impl ClusterMetrics {
                 "icecache_cluster_lease_wait_seconds",
                 "How long a fill waited for another replica's lease.",
             ),
+            lease_held: gauge(
+                r,
+                "icecache_cluster_lease_held",
+                "Under consistency = leases: 1 while this replica's lease holds (as of its last \
+                 heartbeat), so that it serves from memory.",
+            ),
+            lease_resets: counter(
+                r,
+                "icecache_cluster_lease_resets_total",
+                "Under consistency = leases: times this replica dropped everything it held, \
+                 having missed invalidations (a quiet subscription, a flushed Redis).",
+            ),
+            write_waits: counter_vec(
+                r,
+                "icecache_cluster_write_waits_total",
+                "Under consistency = leases: writes that waited before answering, by how the \
+                 wait ended (acknowledged, lease_ran_out).",
+                &["ended"],
+            ),
+            write_wait: histogram(
+                r,
+                "icecache_cluster_write_wait_seconds",
+                "Under consistency = leases: how long a write waited for the others' \
+                 acknowledgements or leases.",
+            ),
         }
     }
 
@@ -219,6 +266,10 @@ impl ClusterMetrics {
             ],
         );
         known(&self.received, &[Heard::Ok, Heard::Unreadable]);
+        known(
+            &self.write_waits,
+            &[WaitEnded::Acknowledged, WaitEnded::LeaseRanOut],
+        );
         self.degraded.set(1);
     }
 
@@ -275,6 +326,19 @@ impl ClusterMetrics {
     pub fn round_answered(&self, lookups: usize) {
         self.round_lookups
             .inc_by(u64::try_from(lookups).unwrap_or(u64::MAX));
+    }
+
+    pub fn lease_held(&self, held: bool) {
+        self.lease_held.set(i64::from(held));
+    }
+
+    pub fn lease_reset(&self) {
+        self.lease_resets.inc();
+    }
+
+    pub fn write_waited(&self, ended: WaitEnded, seconds: f64) {
+        self.write_waits.with_label_values(&[ended.as_str()]).inc();
+        self.write_wait.observe(seconds);
     }
 
     pub fn lease_waited(&self, seconds: f64) {

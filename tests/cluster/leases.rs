@@ -8,7 +8,7 @@ use crate::gate::Gate;
 use crate::replica::{commit, standin, version_at};
 use crate::support::cluster::{load, Redis, Tier};
 use crate::support::standin::Shape;
-use crate::support::{eventually, x_cache};
+use crate::support::{eventually, metric, x_cache};
 
 /// Entries kept an hour: only the leases and the invalidations keep them current.
 const LEASES: &[&str] = &["--cluster-consistency", "leases", "--fresh-for", "1h"];
@@ -49,6 +49,15 @@ async fn every_load_after_a_commit_reflects_it_on_every_replica() {
             assert!(seen >= committed, "trial {trial}: {seen} after {committed}");
         }
     }
+    let mut waits = 0.0;
+    for replica in &tier.replicas {
+        let metrics = replica.metrics().await;
+        for ended in ["acknowledged", "lease_ran_out"] {
+            let series = format!("icecache_cluster_write_waits_total{{ended=\"{ended}\"}}");
+            waits += metric(&metrics, &series);
+        }
+    }
+    assert_eq!(waits, 60.0, "every commit waited for the others once");
 }
 
 #[tokio::test]
@@ -90,6 +99,11 @@ async fn with_a_replica_killed_the_others_answer_hits_of_what_was_written() {
     until_hit(tier.url(1)).await;
     tier.replicas[2].kill_now();
     let committed = commit(tier.url(0)).await;
+    let waited_out = metric(
+        &tier.replicas[0].metrics().await,
+        "icecache_cluster_write_waits_total{ended=\"lease_ran_out\"}",
+    );
+    assert_eq!(waited_out, 1.0, "the dead replica's lease was waited out");
     assert!(version_at(tier.url(1)).await >= committed);
     eventually("a hit of the committed version on a survivor", || async {
         let response = load(tier.url(1), "alice").await;

@@ -189,6 +189,33 @@ impl LeaseScripts {
     }
 }
 
+impl LeaseScripts {
+    /// Publishes `message` on `channel` (an acknowledgement).
+    pub async fn publish<C: ConnectionLike + Send>(
+        &self,
+        connection: &mut C,
+        channel: &str,
+        message: &str,
+    ) -> Result<(), ScriptError> {
+        let mut publish = redis::cmd("PUBLISH");
+        publish.arg(channel).arg(message);
+        self.call(publish.query_async::<i64>(connection)).await?;
+        Ok(())
+    }
+
+    /// Takes `member` out of the members (a clean shutdown).
+    pub async fn leave<C: ConnectionLike + Send>(
+        &self,
+        connection: &mut C,
+        member: MemberId,
+    ) -> Result<(), ScriptError> {
+        let mut gone = redis::cmd("HDEL");
+        gone.arg(&self.keys.members).arg(hex(member));
+        self.call(gone.query_async::<i64>(connection)).await?;
+        Ok(())
+    }
+}
+
 /// An invalidation as published: its position, then the writer's message.
 pub fn read_invalidation(published: &[u8]) -> Option<(Position, &[u8])> {
     let mut parts = published.splitn(3, |b| *b == b' ');
