@@ -3,9 +3,25 @@
 //! under `bounded` they are how the others learn, and the delay they took is measured.
 
 use serde::{Deserialize, Serialize};
+use tokio::sync::oneshot;
 
 use crate::catalog::names::LooseName;
 use crate::catalog::writes::Touched;
+
+/// What the cache must drop, and (under leases) whom to tell once it has.
+pub struct Invalidation {
+    pub touched: Touched,
+    pub dropped: Option<oneshot::Sender<()>>,
+}
+
+impl Invalidation {
+    pub fn of(touched: Touched) -> Invalidation {
+        Invalidation {
+            touched,
+            dropped: None,
+        }
+    }
+}
 
 #[derive(Debug, Serialize, Deserialize)]
 pub struct Message {

@@ -42,6 +42,7 @@ use crate::coordination::Cover;
 use crate::coordination::Tokens;
 use crate::telemetry::cluster::{RoundTrip, Shared};
 use crate::telemetry::ClusterMetrics;
+pub use announce::Invalidation;
 use announce::Message;
 use barrier::{Pending, Rounds};
 use health::Health;
@@ -49,21 +50,6 @@ use names::Names;
 use redis_parts::{client, random_token};
 use shared::Rejected;
 use subscription::{Listening, Subscriber};
-
-/// What the cache must drop, and (under leases) whom to tell once it has.
-pub struct Invalidation {
-    pub touched: Touched,
-    pub dropped: Option<oneshot::Sender<()>>,
-}
-
-impl Invalidation {
-    pub fn of(touched: Touched) -> Invalidation {
-        Invalidation {
-            touched,
-            dropped: None,
-        }
-    }
-}
 
 #[derive(Debug, Error)]
 pub enum ClusterError {

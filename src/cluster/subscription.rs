@@ -16,12 +16,11 @@ use redis::{PushInfo, PushKind};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
-use super::announce::Message;
+use super::announce::{Invalidation, Message};
 use super::health::{Health, HEARTBEAT};
 use super::lease::Leases;
 use super::redis_parts::client;
 use super::settings::Consistency;
-use super::Invalidation;
 use crate::catalog::writes::Touched;
 use crate::clock::now_ms;
 use crate::telemetry::cluster::Heard;
