@@ -11,7 +11,7 @@ use futures::future::BoxFuture;
 use http::{HeaderMap, HeaderName, HeaderValue};
 use tokio::time::Instant;
 
-use crate::cache::tier::{Coordinating, Coordination, Share, Tier, TierAsk, TierFill};
+use crate::cache::tier::{Coordinating, Coordination, FillLease, Share, Tier, TierAsk, TierFill};
 use crate::cache::{CacheKey, Content, Entry, FillTicket, Gzipped, Varies};
 use crate::catalog::writes::Touched;
 use crate::clock::now_ms;
@@ -52,32 +52,52 @@ impl RedisTier {
         }
     }
 
-    async fn offer_to(&self, ask: &mut TierAsk<'_>) -> TierFill {
+    /// The tokens a fill checks shared entries against and shares under, with the tokens its
+    /// entry is kept under here; None when nothing shared may be used.
+    async fn shared_tokens(&self, ask: &mut TierAsk<'_>) -> Option<(Tokens, Tokens)> {
         let cluster = &self.cluster;
         if cluster.consistency() == Consistency::Leases {
-            // Entries are current by this replica's lease, not by the tokens in Redis: what
-            // another replica shared cannot be checked against it yet.
-            return TierFill::Alone;
+            // Held entries are current by this replica's lease; a shared one by the table's
+            // tokens in Redis, which every write moves before it publishes its invalidation.
+            // A miss reads them (one round trip); the entry is kept under the lease.
+            let local = ask.tokens.clone()?;
+            return match cluster.observe(&ask.key.table.loose()).await {
+                Observed::Live(tokens) => Some((tokens, local)),
+                Observed::Degraded => None,
+            };
         }
         if cluster.distrusts_tier() {
             // A replica gone quiet may have answered writes Redis's tokens do not show: an
             // entry shared under them may be older than such a write.
-            return TierFill::Alone;
+            return None;
         }
         if ask.tokens.is_none() && cluster.consistency() == Consistency::Bounded {
             if let Observed::Live(tokens) = cluster.observe(&ask.key.table.loose()).await {
                 ask.tokens = Some(tokens);
             }
         }
-        let Some(tokens) = ask.tokens.clone() else {
+        let tokens = ask.tokens.clone()?;
+        Some((tokens.clone(), tokens))
+    }
+
+    async fn offer_to(&self, ask: &mut TierAsk<'_>) -> TierFill {
+        let cluster = &self.cluster;
+        let Some((tokens, local)) = self.shared_tokens(ask).await else {
             return TierFill::Alone;
         };
+        let ask: &TierAsk<'_> = ask;
         let identity = ask.key.identity(ask.policy_generation);
-        if let Some(entry) = self.read_shared(ask, &identity, &tokens).await {
+        let shared = || self.read_shared(ask, &identity, &tokens, local.clone());
+        if let Some(entry) = shared().await {
             return TierFill::Shared(entry);
         }
         match cluster.lease(&identity).await {
-            Lease::Won => return TierFill::Lead(identity),
+            Lease::Won => {
+                return TierFill::Lead(FillLease {
+                    identity: identity.clone(),
+                    tokens: tokens.clone(),
+                })
+            }
             Lease::Unavailable => return TierFill::Alone,
             Lease::Held => {}
         }
@@ -89,7 +109,7 @@ impl RedisTier {
         let deadline = since + cluster.lease_for();
         loop {
             tokio::time::sleep(POLL).await;
-            if let Some(entry) = self.read_shared(ask, &identity, &tokens).await {
+            if let Some(entry) = shared().await {
                 self.lease_waited(since);
                 return TierFill::Shared(entry);
             }
@@ -97,7 +117,7 @@ impl RedisTier {
                 // The holder shares before it gives the lease back: an entry stored between
                 // the read above and the release is there now.
                 self.lease_waited(since);
-                if let Some(entry) = self.read_shared(ask, &identity, &tokens).await {
+                if let Some(entry) = shared().await {
                     return TierFill::Shared(entry);
                 }
                 return TierFill::Alone;
@@ -111,37 +131,34 @@ impl RedisTier {
             .lease_waited(since.elapsed().as_secs_f64());
     }
 
+    /// The entry another replica shared under `tokens`, kept here under `local`.
     async fn read_shared(
         &self,
         ask: &TierAsk<'_>,
         identity: &[u8],
         tokens: &Tokens,
+        local: Tokens,
     ) -> Option<Arc<Entry>> {
         let shared = self.cluster.shared(identity, tokens).await?;
-        let entry = entry_of(
-            shared,
-            ask.policy_generation,
-            ask.ticket.clone(),
-            tokens.clone(),
-        )
-        .await;
+        let entry = entry_of(shared, ask.policy_generation, ask.ticket.clone(), local).await;
         if entry.is_none() {
             self.cluster.metrics().shared(Shared::Rejected);
         }
         entry.map(Arc::new)
     }
 
-    async fn release_lease(&self, lease: &[u8], share: Share<'_>) {
+    async fn release_lease(&self, lease: &FillLease, share: Share<'_>) {
         match share {
             Share::Entry(entry) => {
+                let shared = shared_of(entry, &lease.tokens);
                 self.cluster
-                    .share(lease, &shared_of(entry), self.retain_for)
+                    .share(&lease.identity, &shared, self.retain_for)
                     .await
             }
             Share::KeptLocal => self.cluster.metrics().shared(Shared::KeptLocal),
             Share::Nothing => {}
         }
-        self.cluster.release(lease).await;
+        self.cluster.release(&lease.identity).await;
     }
 }
 
@@ -178,7 +195,7 @@ impl Tier for RedisTier {
         Box::pin(self.offer_to(ask))
     }
 
-    fn release<'a>(&'a self, lease: &'a [u8], share: Share<'a>) -> BoxFuture<'a, ()> {
+    fn release<'a>(&'a self, lease: &'a FillLease, share: Share<'a>) -> BoxFuture<'a, ()> {
         Box::pin(self.release_lease(lease, share))
     }
 
@@ -203,9 +220,9 @@ impl Tier for RedisTier {
     }
 }
 
-/// An entry as the tier shares it: its gzip copy when it has one (smaller, and the other
-/// replicas need it anyway), its times on the wall clock.
-fn shared_of(entry: &Entry) -> SharedEntry {
+/// An entry as the tier shares it under `tokens`: its gzip copy when it has one (smaller, and
+/// the other replicas need it anyway), its times on the wall clock.
+fn shared_of(entry: &Entry, tokens: &Tokens) -> SharedEntry {
     let content = &entry.content;
     let now = Instant::now();
     let wall = now_ms();
@@ -233,7 +250,7 @@ fn shared_of(entry: &Entry) -> SharedEntry {
         servable_until_ms: entry
             .servable_until
             .map(|until| wall + millis(until.saturating_duration_since(now))),
-        tokens: entry.remote.as_ref().map_or_else(Vec::new, |t| t.0.clone()),
+        tokens: tokens.0.clone(),
     }
 }
 
@@ -241,8 +258,8 @@ fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
-/// A shared entry made local; None when it does not read back (a body that does not decode,
-/// a header that is not one).
+/// A shared entry made local, current here while the lookup's tokens are `tokens`; None when
+/// it does not read back (a body that does not decode, a header that is not one).
 async fn entry_of(
     shared: SharedEntry,
     policy_generation: u64,

@@ -82,11 +82,17 @@ pub struct TierAsk<'a> {
 pub enum TierFill {
     /// An entry another replica shared: no need to ask the catalog.
     Shared(Arc<Entry>),
-    /// This replica holds the lease: it asks, then `release`s it (the identity names the
-    /// entry).
-    Lead(Vec<u8>),
+    /// This replica holds the lease: it asks, then `release`s it.
+    Lead(FillLease),
     /// Nothing to share or wait for: ask alone.
     Alone,
+}
+
+/// A fill lease this replica holds: the entry's identity in the tier, and the table's tokens
+/// in the tier the fill runs under (what the entry is shared under).
+pub struct FillLease {
+    pub identity: Vec<u8>,
+    pub tokens: Tokens,
 }
 
 /// What a fill that held the lease got, for the tier.
@@ -112,7 +118,7 @@ pub trait Tier: Send + Sync {
     fn offer<'a>(&'a self, ask: &'a mut TierAsk<'_>) -> BoxFuture<'a, TierFill>;
 
     /// Shares what a fill that held the lease got, and gives the lease back.
-    fn release<'a>(&'a self, lease: &'a [u8], share: Share<'a>) -> BoxFuture<'a, ()>;
+    fn release<'a>(&'a self, lease: &'a FillLease, share: Share<'a>) -> BoxFuture<'a, ()>;
 
     /// The largest body (as shared: its gzip copy when it has one) the tier takes.
     fn shared_cap(&self) -> u64;
@@ -146,7 +152,7 @@ impl Tier for Local {
         Box::pin(async { TierFill::Alone })
     }
 
-    fn release<'a>(&'a self, _: &'a [u8], _: Share<'a>) -> BoxFuture<'a, ()> {
+    fn release<'a>(&'a self, _: &'a FillLease, _: Share<'a>) -> BoxFuture<'a, ()> {
         Box::pin(async {})
     }
 

@@ -25,10 +25,12 @@ use crate::telemetry::ClusterMetrics;
 
 /// How long a write keeps trying to publish its invalidation before it answers that its
 /// outcome may not be seen by the others (`Cover::Lost`).
-const PUBLISH_PATIENCE: Duration = Duration::from_secs(5);
+pub const PUBLISH_PATIENCE: Duration = Duration::from_secs(5);
 /// How long an invalidation that could not be published in time is still tried, in the
 /// background, so that the others drop what the write made old once Redis answers again.
-const PUBLISH_LATER_FOR: Duration = Duration::from_secs(120);
+pub const PUBLISH_LATER_FOR: Duration = Duration::from_secs(120);
+/// How long a write waits before it tries Redis again.
+pub const RETRY_EVERY: Duration = Duration::from_millis(100);
 /// Marks tokens as a lease generation's, never equal to tokens read from Redis.
 const LEASE_MARK: u64 = u64::MAX;
 
@@ -204,7 +206,7 @@ impl Leases {
 
     /// Publishes a write's invalidation and waits until the write may answer: every replica
     /// listed acknowledged it, or its lease has certainly run out.
-    pub async fn publish(self: &Arc<Self>, touched: &Touched) -> Cover {
+    pub async fn publish(self: &Arc<Self>, touched: &Touched, started: Instant) -> Cover {
         let write = random_token();
         let message = Message::new(&self.replica, now_ms(), touched);
         let body = format!(
@@ -212,7 +214,6 @@ impl Leases {
             serde_json::to_string(&message).unwrap_or_default()
         );
         self.slot(write, Some(Slot::Early(Vec::new())));
-        let started = Instant::now();
         let cover = loop {
             let mut connection = self.connection.clone();
             let published = self
@@ -237,7 +238,7 @@ impl Leases {
                 }
                 Err(e) => {
                     tracing::debug!(error = %e, "publishing a write's invalidation failed; again");
-                    tokio::time::sleep(DEFAULT_LEASE / 10).await;
+                    tokio::time::sleep(RETRY_EVERY).await;
                 }
             }
         };

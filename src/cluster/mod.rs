@@ -289,18 +289,13 @@ impl Cluster {
             )
             .ignore();
         if let Some(leases) = &self.leases {
-            // The tokens still move (a shared entry is checked against them); the lease
-            // invalidation is what the others acknowledge before the write answers.
-            let mut connection = self.connection.clone();
-            let moved = tokio::time::timeout(
-                self.settings.redis_timeout,
-                pipe.query_async::<(u64,)>(&mut connection),
-            )
-            .await;
-            if matches!(moved, Ok(Ok(_))) {
-                self.metrics.published();
-            }
-            return leases.publish(touched).await;
+            // A shared entry is checked against the tokens: they move before the invalidation
+            // is published, and a write whose tokens could not be moved is not answered as a
+            // success (a load elsewhere may still find the entry from before it in Redis).
+            let started = tokio::time::Instant::now();
+            let moved = self.move_tokens_under_leases(pipe, started).await;
+            let cover = leases.publish(touched, started).await;
+            return if moved { cover } else { Cover::Lost };
         }
         if !self.health.is_degraded() {
             self.metrics.round_trip(RoundTrip::Announce);
@@ -326,6 +321,39 @@ impl Cluster {
         }
         self.metrics.unannounced();
         self.health.cover_write(&self.settings).await
+    }
+
+    /// Runs a write's token moves, trying again for `lease::PUBLISH_PATIENCE` from `started`,
+    /// then on in the background (the others drop the tokens' entries once Redis answers).
+    async fn move_tokens_under_leases(
+        &self,
+        pipe: redis::Pipeline,
+        started: tokio::time::Instant,
+    ) -> bool {
+        let mut connection = self.connection.clone();
+        let timeout = self.settings.redis_timeout;
+        loop {
+            if runs(&pipe, &mut connection, timeout).await {
+                self.metrics.published();
+                return true;
+            }
+            if started.elapsed() >= lease::PUBLISH_PATIENCE {
+                break;
+            }
+            tokio::time::sleep(lease::RETRY_EVERY).await;
+        }
+        tracing::warn!("a write's token moves failed; trying on in the background");
+        tokio::spawn(async move {
+            let started = tokio::time::Instant::now();
+            while started.elapsed() < lease::PUBLISH_LATER_FOR {
+                tokio::time::sleep(trust::DEFAULT_LEASE).await;
+                if runs(&pipe, &mut connection, timeout).await {
+                    return;
+                }
+            }
+            tracing::warn!("a write's token moves never reached Redis");
+        });
+        false
     }
 
     /// Whether a lookup must not trust what is held here: Redis is away, or another replica's
@@ -524,4 +552,14 @@ impl Cluster {
         .await;
         matches!(held, Ok(Ok(1)))
     }
+}
+
+/// Whether a write's pipeline ran within `timeout`.
+async fn runs(
+    pipe: &redis::Pipeline,
+    connection: &mut ConnectionManager,
+    timeout: Duration,
+) -> bool {
+    let ran = tokio::time::timeout(timeout, pipe.query_async::<(u64,)>(connection)).await;
+    matches!(ran, Ok(Ok(_)))
 }

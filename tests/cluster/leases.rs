@@ -60,6 +60,89 @@ async fn every_load_after_a_commit_reflects_it_on_every_replica() {
     assert_eq!(waits, 60.0, "every commit waited for the others once");
 }
 
+/// Strip: bodies are shared through Redis, so the version before a commit is met there too.
+const SHARING: &[&str] = &[
+    "--cluster-consistency",
+    "leases",
+    "--fresh-for",
+    "1h",
+    "--credentials",
+    "strip",
+];
+
+/// A tier of `n` on `SHARING`, once every replica holds its lease (before, loads ask the
+/// catalog for themselves).
+async fn sharing_tier(n: usize, catalog: &crate::support::standin::StandIn) -> (Redis, Tier) {
+    let redis = Redis::start().await;
+    let tier = Tier::start(n, &catalog.url, &redis, SHARING).await;
+    for replica in &tier.replicas {
+        eventually("a lease held", || async {
+            metric(&replica.metrics().await, "icecache_cluster_lease_held") == 1.0
+        })
+        .await;
+    }
+    (redis, tier)
+}
+
+#[tokio::test]
+async fn a_thousand_commit_then_load_trials_over_three_replicas_read_nothing_stale() {
+    let catalog = standin(Shape::default()).await;
+    catalog.stop_recording();
+    let (_redis, tier) = sharing_tier(3, &catalog).await;
+    let mut stale = 0;
+    for trial in 0..1000 {
+        let committed = commit(tier.url(trial)).await;
+        if version_at(tier.url(trial + 1)).await < committed {
+            stale += 1;
+        }
+    }
+    assert_eq!(stale, 0, "stale reads in 1,000 commit-then-load trials");
+    let mut refused = 0.0;
+    for replica in &tier.replicas {
+        let metrics = replica.metrics().await;
+        refused += metric(&metrics, "icecache_cluster_shared_total{result=\"stale\"}");
+    }
+    assert!(
+        refused > 0.0,
+        "versions from before a commit met in Redis, and refused"
+    );
+}
+
+#[tokio::test]
+async fn a_table_loaded_through_one_replica_is_served_by_the_others_from_redis() {
+    let catalog = standin(Shape::default()).await;
+    let (_redis, tier) = sharing_tier(3, &catalog).await;
+    assert_eq!(x_cache(&load(tier.url(0), "alice").await), "MISS");
+    for replica in 1..3 {
+        let response = load(tier.url(replica), "alice").await;
+        assert_eq!(response.status(), 200);
+        assert_eq!(x_cache(&response), "SHARED", "replica {replica}");
+    }
+    assert_eq!(catalog.loads("t"), 1);
+    // Kept under the lease: the next load on a replica that took it is a hit.
+    assert_eq!(x_cache(&load(tier.url(1), "alice").await), "HIT");
+}
+
+#[tokio::test]
+async fn cold_loads_over_three_replicas_make_one_catalog_fetch() {
+    let catalog = standin(Shape {
+        delay: std::time::Duration::from_millis(400),
+        ..Shape::default()
+    })
+    .await;
+    let (_redis, tier) = sharing_tier(3, &catalog).await;
+    let loads: Vec<_> = (0..90)
+        .map(|n| {
+            let url = tier.url(n).to_owned();
+            tokio::spawn(async move { load(&url, "alice").await.status() })
+        })
+        .collect();
+    for load in loads {
+        assert_eq!(load.await.unwrap(), 200);
+    }
+    assert_eq!(catalog.loads("t"), 1, "one fetch for the whole tier");
+}
+
 #[tokio::test]
 async fn a_hit_asks_redis_nothing() {
     let (_catalog, redis, tier) = tier_of(2).await;
