@@ -59,10 +59,16 @@ impl RedisTier {
         if cluster.consistency() == Consistency::Leases {
             // Held entries are current by this replica's lease; a shared one by the table's
             // tokens in Redis, which every write moves before it publishes its invalidation.
-            // A miss reads them (one round trip); the entry is kept under the lease.
+            // A miss reads them (one round trip); the entry is kept under the lease. The log's
+            // dataset goes with them: Redis losing writes (token moves among them) starts a new
+            // one, and entries shared before no longer match.
             let local = ask.tokens.clone()?;
+            let dataset = cluster.lease_dataset()?;
             return match cluster.observe(&ask.key.table.loose()).await {
-                Observed::Live(tokens) => Some((tokens, local)),
+                Observed::Live(mut tokens) => {
+                    tokens.0.push(dataset);
+                    Some((tokens, local))
+                }
                 Observed::Degraded => None,
             };
         }

@@ -205,6 +205,21 @@ impl Health {
         self.last_beat().is_none_or(|at| at.elapsed() > limit)
     }
 
+    /// Under leases, where the lease heartbeat is the tier's only one: Redis answered the
+    /// heartbeat sent at `sent`, whose echo (if it carried one) was numbered `echoed`.
+    pub fn renewed(&self, sent: Instant, echoed: Option<u64>, metrics: &ClusterMetrics) {
+        if let Ok(mut last) = self.last_beat.lock() {
+            *last = Some(sent);
+        }
+        if let (Some(number), Ok(mut landed)) = (echoed, self.last_landed.lock()) {
+            *landed = Some((number, Instant::now()));
+        }
+        if self.degraded.swap(false, Ordering::AcqRel) {
+            tracing::info!("Redis answers: this replica is live");
+        }
+        metrics.recovered();
+    }
+
     /// Redis failed a command: degraded until a heartbeat succeeds.
     pub fn down(&self, metrics: &ClusterMetrics, why: &str) {
         if !self.degraded.swap(true, Ordering::AcqRel) {

@@ -13,6 +13,7 @@ use tokio::sync::{oneshot, Notify};
 use tokio::time::Instant;
 
 use super::announce::Message;
+use super::health::Health;
 use super::names::Names;
 use super::redis_parts::random_token;
 use super::trust::scripts::{read_invalidation, LeaseScripts};
@@ -31,6 +32,8 @@ pub const PUBLISH_PATIENCE: Duration = Duration::from_secs(5);
 pub const PUBLISH_LATER_FOR: Duration = Duration::from_secs(120);
 /// How long a write waits before it tries Redis again.
 pub const RETRY_EVERY: Duration = Duration::from_millis(100);
+/// One heartbeat in this many is echoed on the replica's own channel.
+const ECHO_EVERY: u64 = 2;
 /// Marks tokens as a lease generation's, never equal to tokens read from Redis.
 const LEASE_MARK: u64 = u64::MAX;
 
@@ -42,6 +45,10 @@ enum Slot {
 
 pub struct Leases {
     trust: Mutex<Trust>,
+    /// The lease heartbeat is the tier's only one: it says whether Redis answers.
+    health: Arc<Health>,
+    /// This replica's own channel, where every other heartbeat is echoed.
+    beat_channel: String,
     scripts: LeaseScripts,
     connection: ConnectionManager,
     lease_channel: String,
@@ -57,10 +64,13 @@ impl Leases {
         timeout: Duration,
         replica: &str,
         connection: ConnectionManager,
+        health: Arc<Health>,
         metrics: Arc<ClusterMetrics>,
     ) -> Leases {
         Leases {
             trust: Mutex::new(Trust::new(Rules::new(DEFAULT_LEASE), random_token())),
+            health,
+            beat_channel: names.beat_channel(replica),
             lease_channel: names.lease_keys().channel,
             scripts: LeaseScripts::new(names.lease_keys(), timeout),
             connection,
@@ -84,16 +94,25 @@ impl Leases {
             .then(|| Tokens(vec![LEASE_MARK, generation]))
     }
 
-    /// Renews the lease four times a lease, forgetting members whose leases ran out.
+    /// The dataset of the invalidation log this replica has applied (None before its first
+    /// renewal): it changes whenever Redis lost the log or writes in it.
+    pub fn dataset(&self) -> Option<u64> {
+        self.trust.lock().ok()?.dataset()
+    }
+
+    /// Renews the lease three times a lease, forgetting members whose leases ran out; every
+    /// other heartbeat is echoed on this replica's channel, which keeps its subscription
+    /// known to be live (see `subscription`).
     pub async fn renew(self: Arc<Self>) {
         let every = self
             .trust
             .lock()
-            .map_or(DEFAULT_LEASE / 4, |t| t.rules().heartbeat_every());
+            .map_or(DEFAULT_LEASE / 3, |t| t.rules().heartbeat_every());
         let mut tick = tokio::time::interval(every);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
+        for number in 1u64.. {
             tick.tick().await;
+            let echo = (number % ECHO_EVERY == 0).then_some((self.beat_channel.as_str(), number));
             let Ok(beat) = self.trust.lock().map(|t| t.heartbeat(random_token())) else {
                 return;
             };
@@ -101,16 +120,19 @@ impl Leases {
             let mut connection = self.connection.clone();
             let reply = self
                 .scripts
-                .heartbeat(&mut connection, &beat, random_token())
+                .heartbeat(&mut connection, &beat, random_token(), echo)
                 .await;
             let reply = match reply {
                 Ok(reply) => reply,
                 Err(e) => {
-                    tracing::debug!(error = %e, "a lease heartbeat failed");
+                    self.health
+                        .down(&self.metrics, &format!("a lease heartbeat: {e}"));
                     self.metrics.lease_held(self.tokens().is_some());
                     continue;
                 }
             };
+            self.health
+                .renewed(sent, echo.map(|(_, n)| n), &self.metrics);
             let (expired, dataset) = {
                 let Ok(mut trust) = self.trust.lock() else {
                     return;

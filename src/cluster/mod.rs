@@ -135,25 +135,29 @@ impl Cluster {
             .run(pending),
         );
         let replica = format!("{:016x}", random_token());
-        tokio::spawn(health.clone().watch(
-            connection.clone(),
-            names.clone(),
-            metrics.clone(),
-            settings.clone(),
-            replica.clone(),
-        ));
         let (invalidate, invalidations) = mpsc::unbounded_channel();
+        // Under leases the lease heartbeat is the only one; otherwise the health heartbeat.
         let leases = (settings.consistency == Consistency::Leases).then(|| {
             let leases = Arc::new(lease::Leases::new(
                 &names,
                 settings.redis_timeout,
                 &replica,
                 connection.clone(),
+                health.clone(),
                 metrics.clone(),
             ));
             tokio::spawn(leases.clone().renew());
             leases
         });
+        if leases.is_none() {
+            tokio::spawn(health.clone().watch(
+                connection.clone(),
+                names.clone(),
+                metrics.clone(),
+                settings.clone(),
+                replica.clone(),
+            ));
+        }
         let cluster = Arc::new(Cluster {
             mac_key: settings.key.subkey("shared entries"),
             settings,
@@ -224,6 +228,11 @@ impl Cluster {
     /// while the lease does not hold. None as well when the tier is not on leases.
     pub fn lease_tokens(&self) -> Option<Tokens> {
         self.leases.as_ref()?.tokens()
+    }
+
+    /// Under leases: the dataset of the invalidation log this replica has applied.
+    pub fn lease_dataset(&self) -> Option<u64> {
+        self.leases.as_ref()?.dataset()
     }
 
     /// The current tokens of `table`, read in a round that starts after this call.

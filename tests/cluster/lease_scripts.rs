@@ -52,7 +52,7 @@ impl Setup {
         };
         let connection = &mut self.connection;
         self.scripts
-            .heartbeat(connection, &beat, fresh)
+            .heartbeat(connection, &beat, fresh, None)
             .await
             .unwrap()
     }
@@ -194,4 +194,36 @@ async fn a_member_is_forgotten_only_at_the_stamp_and_dataset_seen() {
         !reply.known,
         "a member forgotten is unlisted when it renews"
     );
+}
+
+#[tokio::test]
+async fn a_heartbeat_with_an_echo_publishes_it_on_the_replicas_channel_once_renewed() {
+    use futures::StreamExt;
+    let mut s = setup().await;
+    let client = redis::Client::open(s.redis.url()).unwrap();
+    let mut subscriber = client.get_async_pubsub().await.unwrap();
+    subscriber.subscribe("icecache:beat:a1").await.unwrap();
+    let beat = Heartbeat {
+        member: ME,
+        applied: None,
+        stamp: 1,
+    };
+    let echo = Some(("icecache:beat:a1", 7));
+    let reply = s
+        .scripts
+        .heartbeat(&mut s.connection, &beat, 0xd1, echo)
+        .await
+        .unwrap();
+    assert!(reply.members.contains(&(ME, 1)), "renewed: {reply:?}");
+    let message = subscriber.on_message().next().await.unwrap();
+    assert_eq!(message.get_payload::<String>().unwrap(), "7");
+    // Without an echo nothing is published: the next message is the next echo's.
+    s.beat(ME, None, 2, 0xd1).await;
+    let echo = Some(("icecache:beat:a1", 8));
+    s.scripts
+        .heartbeat(&mut s.connection, &beat, 0xd1, echo)
+        .await
+        .unwrap();
+    let message = subscriber.on_message().next().await.unwrap();
+    assert_eq!(message.get_payload::<String>().unwrap(), "8");
 }

@@ -249,3 +249,41 @@ async fn with_redis_gone_a_write_is_answered_as_unknown_and_loads_ask_the_catalo
     let seen = version_at(tier.url(1)).await;
     assert!(seen >= committed, "{seen} after {committed}");
 }
+
+#[tokio::test]
+async fn a_redis_restarted_empty_is_noticed_and_trusted_again_with_every_commit_seen() {
+    let (_catalog, mut redis, tier) = tier_of(2).await;
+    until_hit(tier.url(1)).await;
+    redis.kill();
+    let degraded = || async {
+        let metrics = tier.replicas[1].metrics().await;
+        metric(&metrics, "icecache_cluster_degraded") == 1.0
+    };
+    eventually(
+        "the lease heartbeat failing makes the replica degraded",
+        degraded,
+    )
+    .await;
+    redis.restart().await;
+    tier.wait_live().await;
+    let committed = commit(tier.url(0)).await;
+    assert!(version_at(tier.url(1)).await >= committed);
+    until_hit(tier.url(1)).await;
+    assert!(version_at(tier.url(1)).await >= committed);
+}
+
+#[tokio::test]
+async fn the_lease_heartbeats_echoes_keep_the_subscription_without_resubscribing() {
+    // The lease heartbeat is the tier's only one: without its echoes each replica would take
+    // its subscription for silent and subscribe again every few seconds.
+    let (_catalog, redis, _tier) = tier_of(2).await;
+    let subscribes = redis.calls("subscribe");
+    let beats = redis.calls("evalsha");
+    // Two replicas beat three times a second each: 30 beats are five seconds, more than
+    // twice the silence after which a subscription is given up on.
+    eventually("30 lease heartbeats", || async {
+        redis.calls("evalsha") >= beats + 30
+    })
+    .await;
+    assert_eq!(redis.calls("subscribe"), subscribes, "SUBSCRIBE calls");
+}

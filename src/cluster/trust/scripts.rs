@@ -26,7 +26,9 @@ pub enum ScriptError {
 
 /// Reads the log, creating it in a new dataset when it is missing, and starts a new dataset
 /// when the member applied a position beyond it (Redis lost writes); lists the member under its
-/// stamp. ARGV: member, applied dataset ("" for none), applied seq, stamp, fresh dataset.
+/// stamp; then publishes the echo, if any, on the replica's own channel (its subscription is
+/// live while it hears them). ARGV: member, applied dataset ("" for none), applied seq, stamp,
+/// fresh dataset, echo channel ("" for none), echo.
 const HEARTBEAT: &str = r"
 local log = redis.call('HMGET', KEYS[1], 'dataset', 'seq')
 local dataset, seq = log[1], tonumber(log[2])
@@ -39,6 +41,7 @@ if ARGV[2] == dataset and tonumber(ARGV[3]) > seq then
   redis.call('HSET', KEYS[1], 'dataset', dataset, 'seq', seq)
 end
 local known = redis.call('HSET', KEYS[2], ARGV[1], ARGV[4]) == 0
+if ARGV[6] ~= '' then redis.call('PUBLISH', ARGV[6], ARGV[7]) end
 return {dataset, seq, known and 1 or 0, redis.call('HGETALL', KEYS[2])}
 ";
 
@@ -110,11 +113,13 @@ impl LeaseScripts {
         }
     }
 
+    /// Renews `beat`'s lease; `echo` (a channel, a number) is published once it has.
     pub async fn heartbeat<C: ConnectionLike + Send>(
         &self,
         connection: &mut C,
         beat: &Heartbeat,
         fresh_dataset: u64,
+        echo: Option<(&str, u64)>,
     ) -> Result<HeartbeatReply, ScriptError> {
         let (dataset, seq) = match beat.applied {
             Some(p) => (hex(p.dataset), p.seq),
@@ -127,7 +132,9 @@ impl LeaseScripts {
             .arg(dataset)
             .arg(seq)
             .arg(hex(beat.stamp))
-            .arg(hex(fresh_dataset));
+            .arg(hex(fresh_dataset))
+            .arg(echo.map_or("", |(channel, _)| channel))
+            .arg(echo.map_or(0, |(_, number)| number));
         let (dataset, seq, known, flat): (String, u64, u8, Vec<String>) =
             self.call(invocation.invoke_async(connection)).await?;
         let members = flat
