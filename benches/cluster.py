@@ -5,6 +5,8 @@
             under read-your-writes and under leases with the load split over them; rounds
             alternate the set-ups, medians and spread; the leases goals are checked
   redis/hit Redis commands per hit with wrk paced to about 5,000 hits/s (INFO commandstats)
+  writes    what the tier adds to a write under leases (p99 of commits through one of three
+            replicas beside the single process's), and the longest write with one replica killed
   stall     how long a small Redis command waits while another client moves values of a size
             (where the shared-entry cap belongs)
 
@@ -12,6 +14,7 @@ usage: python3 benches/cluster.py [--duration SECONDS] [--rounds N] [--connectio
 needs: cargo, wrk and redis-server (apt-get install wrk redis-server).
 """
 import argparse
+import http.client
 import os
 import re
 import shutil
@@ -132,16 +135,16 @@ def hits(ps, icecache, upstream, options):
     }
     started = {}
     for name, flags in setups.items():
-        procs = [start_icecache(ps, icecache, upstream, ["--credentials", "strip", *f]) for f in flags]
-        for _, url, _ in procs:
-            get(url + PATH, {"Authorization": TOKEN})
+        procs = [start_icecache(ps, icecache, upstream, extra=["--credentials", "strip", *f]) for f in flags]
+        for server in procs:
+            get(server.url + PATH, {"Authorization": TOKEN})
         started[name] = procs
     for connections in options.connections:
         results = {name: [] for name in setups}
         for _ in range(options.rounds):
             for name, procs in started.items():
-                pids = [p.pid for p, _, _ in procs] + ([redises[name][0].pid] if name in redises else [])
-                result = wrk_many([url for _, url, _ in procs], options.duration, connections, pids)
+                pids = [s.proc.pid for s in procs] + ([redises[name][0].pid] if name in redises else [])
+                result = wrk_many([s.url for s in procs], options.duration, connections, pids)
                 assert result["errors"] == 0, (name, result)
                 results[name].append(result)
         print(f"## Warm hits, 50 KB body, wrk -c{connections} in all: {options.rounds} alternating rounds "
@@ -171,18 +174,78 @@ def hits(ps, icecache, upstream, options):
         before = redis_calls(redis_port)
         # 64 connections, each waiting 10 ms after an answer before asking again: about
         # 5,000/s once the barrier's few milliseconds are added.
-        result = wrk_many([url for _, url, _ in procs], options.duration, 64, [], pace_ms=10)
+        result = wrk_many([s.url for s in procs], options.duration, 64, [], pace_ms=10)
         calls = redis_calls(redis_port) - before
         per_hit[name] = calls / max(result["requests"], 1)
         print(f"| {name} | {result['rps']:.0f} | {calls} | {per_hit[name]:.4f} |")
     ratio = per_hit["3 replicas, leases"]
     print(f"\ngoal, 3 replicas, leases: at most 0.01 Redis commands per hit: {ratio:.4f}, "
-          f"{'met' if ratio <= 0.01 else 'missed'}")
+          f"{'met' if ratio <= 0.01 else 'missed'}\n")
     for procs in started.values():
-        for proc, _, _ in procs:
-            ps.stop(proc)
+        for server in procs:
+            ps.stop(server.proc)
     for redis_proc, _ in redises.values():
         ps.stop(redis_proc)
+
+
+COMMIT = b'{"requirements": [], "updates": []}'
+
+def commit_latencies(url, n):
+    """n commits one after the other on one keep-alive connection: milliseconds each."""
+    host = url.split("//", 1)[1]
+    connection = http.client.HTTPConnection(host, timeout=30)
+    headers = {"Authorization": TOKEN, "Content-Type": "application/json"}
+    out = []
+    for _ in range(n):
+        started = time.perf_counter()
+        connection.request("POST", PATH, body=COMMIT, headers=headers)
+        response = connection.getresponse()
+        response.read()
+        out.append((time.perf_counter() - started) * 1000)
+        assert response.status == 200, response.status
+    connection.close()
+    return sorted(out)
+
+
+def p99(values):
+    return values[min(len(values) - 1, int(len(values) * 0.99))]
+
+
+def writes(ps, icecache, upstream, rounds, key):
+    """Per round: the single process, a fresh tier of three under leases, then that tier with
+    its third replica killed (the first writes wait out its lease)."""
+    n = 300
+    rows = {"single process (no Redis)": [], "3 replicas, leases": [], "3 replicas, leases, one killed": []}
+    for _ in range(rounds):
+        single = start_icecache(ps, icecache, upstream, extra=["--credentials", "strip"])
+        rows["single process (no Redis)"].append(commit_latencies(single.url, n))
+        ps.stop(single.proc)
+        redis_proc, port = start_redis(ps)
+        flags = ["--credentials", "strip", "--redis-url", f"redis://127.0.0.1:{port}",
+                 "--cluster-key-file", key, *LEASES]
+        tier = [start_icecache(ps, icecache, upstream, extra=flags) for _ in range(3)]
+        for server in tier:
+            get(server.url + PATH, {"Authorization": TOKEN})
+        rows["3 replicas, leases"].append(commit_latencies(tier[0].url, n))
+        tier[2].proc.kill()  # SIGKILL: no leaving, the others wait out its lease
+        tier[2].proc.wait()
+        rows["3 replicas, leases, one killed"].append(commit_latencies(tier[0].url, n))
+        for server in tier[:2]:
+            ps.stop(server.proc)
+        ps.stop(redis_proc)
+    print(f"## Commits through one replica, {n} one after the other, {rounds} rounds (medians over rounds)\n")
+    print("| set-up | p50 ms | p99 ms | max ms |")
+    print("|---|---|---|---|")
+    for name, runs in rows.items():
+        med = lambda f: statistics.median(f(r) for r in runs)
+        print(f"| {name} | {med(lambda r: r[len(r) // 2]):.2f} | {med(p99):.2f} | {med(lambda r: r[-1]):.1f} |")
+    added = statistics.median(p99(t) - p99(s) for t, s in zip(rows["3 replicas, leases"],
+                                                              rows["single process (no Redis)"]))
+    print(f"\ngoal, a write's added p99 with every replica healthy at most 3 ms: {added:.2f} ms, "
+          f"{'met' if added <= 3 else 'missed'}")
+    longest = max(r[-1] for r in rows["3 replicas, leases, one killed"])
+    print(f"goal, the longest write with one replica killed at most a lease plus 50 ms (1050 ms): "
+          f"{longest:.0f} ms, {'met' if longest <= 1050 else 'missed'}\n")
 
 
 def stall(ps, duration):
@@ -239,6 +302,10 @@ def main():
         print(f"# {os.cpu_count()} cores; HTTP/1.1 keep-alive; icecache --credentials strip, fresh_for 1h\n")
         _, upstream = start_fixture(ps, fixture, body, '"fixture-v1"')
         hits(ps, icecache, upstream, options)
+        key = os.path.join(workdir, "cluster.key")
+        with open(key, "wb") as f:
+            f.write(os.urandom(32))
+        writes(ps, icecache, upstream, options.rounds, key)
         stall(ps, min(options.duration, 5))
     finally:
         ps.stop_all()
