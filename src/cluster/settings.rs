@@ -15,7 +15,7 @@ pub enum Consistency {
     Bounded,
     /// It reflects the write, and a hit asks Redis nothing: each replica serves from memory
     /// while its lease holds, and a write answers once every replica acknowledged it or its
-    /// lease ran out (`cluster::trust`). Experimental: nothing is shared between replicas yet.
+    /// lease ran out (`cluster::trust`). Experimental.
     Leases,
 }
 

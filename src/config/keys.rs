@@ -238,7 +238,7 @@ keys! {
     "cluster.key_file", Some("cluster-key-file"), Kind::Path, Computed("(required with `redis_url`, refused without it)"), Restart, false,
         "a file of at least 32 random bytes the replicas share: it keys identity scopes and Redis names, and authenticates what is stored in Redis";
     "cluster.consistency", Some("cluster-consistency"), Kind::Choice(&["read-your-writes", "bounded", "leases"]), Value("read-your-writes"), Restart, false,
-        "`read-your-writes` (a load after any replica answered a write reflects it), `bounded` (it does once the announcement arrives) or `leases` (experimental: read-your-writes with hits that ask Redis nothing, and nothing shared between replicas; see [cluster](cluster.md))";
+        "`read-your-writes` (a load after any replica answered a write reflects it), `bounded` (it does once the announcement arrives) or `leases` (experimental: read-your-writes with hits that ask Redis nothing; see [cluster](cluster.md))";
     "cluster.on_redis_down", Some("on-redis-down"), Kind::Choice(&["revalidate", "local"]), Value("revalidate"), Restart, false,
         "while Redis cannot be reached: `revalidate` (loads ask the catalog) or `local` (each replica on its own freshness)";
     "cluster.max_shared_bytes", Some("cluster-max-shared-bytes"), size(0), Value("4MiB"), Restart, false,

@@ -5,7 +5,7 @@
 use std::process::Command;
 
 use crate::gate::Gate;
-use crate::replica::{commit, standin, version_at};
+use crate::replica::{commit, loaded_once_and_shared, standin, version_at};
 use crate::support::cluster::{load, Redis, Tier};
 use crate::support::standin::Shape;
 use crate::support::{eventually, metric, x_cache};
@@ -112,13 +112,7 @@ async fn a_thousand_commit_then_load_trials_over_three_replicas_read_nothing_sta
 async fn a_table_loaded_through_one_replica_is_served_by_the_others_from_redis() {
     let catalog = standin(Shape::default()).await;
     let (_redis, tier) = sharing_tier(3, &catalog).await;
-    assert_eq!(x_cache(&load(tier.url(0), "alice").await), "MISS");
-    for replica in 1..3 {
-        let response = load(tier.url(replica), "alice").await;
-        assert_eq!(response.status(), 200);
-        assert_eq!(x_cache(&response), "SHARED", "replica {replica}");
-    }
-    assert_eq!(catalog.loads("t"), 1);
+    loaded_once_and_shared(&tier, &catalog).await;
     // Kept under the lease: the next load on a replica that took it is a hit.
     assert_eq!(x_cache(&load(tier.url(1), "alice").await), "HIT");
 }

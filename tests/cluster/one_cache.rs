@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use crate::replica::{commit, standin, version_at, version_eventually};
+use crate::replica::{commit, loaded_once_and_shared, standin, version_at, version_eventually};
 use crate::support::cluster::{load, Redis, Tier, TABLE};
 use crate::support::standin::{vended_keys, version_of, Shape, StandIn};
 use crate::support::{catalog, metric, view_body, x_cache, Api};
@@ -213,13 +213,7 @@ async fn a_table_loaded_through_one_replica_is_served_by_the_others_without_the_
         &["--fresh-for", "1h", "--credentials", "strip"],
     )
     .await;
-    assert_eq!(x_cache(&load(tier.url(0), "alice").await), "MISS");
-    for replica in 1..3 {
-        let response = load(tier.url(replica), "alice").await;
-        assert_eq!(response.status(), 200);
-        assert_eq!(x_cache(&response), "SHARED", "replica {replica}");
-    }
-    assert_eq!(catalog.loads("t"), 1);
+    loaded_once_and_shared(&tier, &catalog).await;
     let metrics = tier.replicas[1].metrics().await;
     assert!(metric(&metrics, "icecache_cluster_shared_total{result=\"hit\"}") >= 1.0);
 }

@@ -5,9 +5,9 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::support::cluster::{load, Redis, TABLE};
+use crate::support::cluster::{load, Redis, Tier, TABLE};
 use crate::support::standin::{version_of, Shape, StandIn};
-use crate::support::PATIENCE;
+use crate::support::{x_cache, PATIENCE};
 
 pub async fn standin(shape: Shape) -> StandIn {
     let standin = StandIn::start(shape).await;
@@ -25,6 +25,18 @@ pub async fn commit(url: &str) -> u64 {
     let response = crate::support::empty_commit(&format!("{url}{TABLE}"), "alice").await;
     assert_eq!(response.status(), 200);
     version_of(&response.json::<Value>().await.unwrap()).unwrap()
+}
+
+/// A table loaded through replica 0 (a miss) is served by every other replica from what it
+/// shared in Redis (`x-cache: SHARED`), with one catalog fetch for the tier.
+pub async fn loaded_once_and_shared(tier: &Tier, catalog: &StandIn) {
+    assert_eq!(x_cache(&load(tier.url(0), "alice").await), "MISS");
+    for replica in 1..tier.replicas.len() {
+        let response = load(tier.url(replica), "alice").await;
+        assert_eq!(response.status(), 200);
+        assert_eq!(x_cache(&response), "SHARED", "replica {replica}");
+    }
+    assert_eq!(catalog.loads("t"), 1);
 }
 
 /// The least a replica's Redis user needs, as the README gives it.
