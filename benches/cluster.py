@@ -1,11 +1,10 @@
 """Several replicas on Redis beside the single process, loopback only, every run bounded in time.
 
-  hits      warm loadTable hits (50 KB body): the single process without Redis, one replica
-            under read-your-writes, one under bounded, one under leases, and three replicas
-            under read-your-writes and under leases with the load split over them; rounds
-            alternate the set-ups, medians and spread; the leases goals are checked
+  hits      warm loadTable hits (50 KB body): the single process without Redis, one replica,
+            and three replicas with the load split over them; rounds alternate the set-ups,
+            medians and spread; the goals are checked
   redis/hit Redis commands per hit with wrk paced to about 5,000 hits/s (INFO commandstats)
-  writes    what the tier adds to a write under leases (p99 of commits through one of three
+  writes    what the tier adds to a write (p99 of commits through one of three
             replicas beside the single process's), and the longest write with one replica killed
   stall     how long a small Redis command waits while another client moves values of a size
             (where the shared-entry cap belongs)
@@ -106,7 +105,6 @@ def wrk_many(targets, duration, connections, pids, pace_ms=None):
             "requests": requests, "cpu_us": cpu / max(requests, 1) * 1e6, "errors": errors}
 
 
-LEASES = ["--cluster-consistency", "leases"]
 
 
 def spread(values):
@@ -127,11 +125,8 @@ def hits(ps, icecache, upstream, options):
 
     setups = {
         "single process (no Redis)": [[]],
-        "1 replica, read-your-writes": tier("1 replica, read-your-writes", 1),
-        "1 replica, bounded": tier("1 replica, bounded", 1, ["--cluster-consistency", "bounded"]),
-        "3 replicas, read-your-writes": tier("3 replicas, read-your-writes", 3),
-        "1 replica, leases": tier("1 replica, leases", 1, LEASES),
-        "3 replicas, leases": tier("3 replicas, leases", 3, LEASES),
+        "1 replica": tier("1 replica", 1),
+        "3 replicas": tier("3 replicas", 3),
     }
     started = {}
     for name, flags in setups.items():
@@ -157,7 +152,7 @@ def hits(ps, icecache, upstream, options):
             cpu = statistics.median(r["cpu_us"] for r in runs)
             print(f"| {name} | {spread(rps)} | {statistics.median(rps) / base:.2f} | {cpu:.1f} |")
         print()
-        for name in ("1 replica, leases", "3 replicas, leases"):
+        for name in ("1 replica", "3 replicas"):
             ratio = statistics.median(r["rps"] for r in results[name]) / base
             verdict = "met" if ratio >= 0.95 else "missed"
             print(f"goal, {name}, -c{connections}: at least 0.95 of the single process: {ratio:.2f}, {verdict}")
@@ -167,19 +162,18 @@ def hits(ps, icecache, upstream, options):
     print("| set-up | hits/s achieved | Redis commands | per hit |")
     print("|---|---|---|---|")
     per_hit = {}
-    for name in ("1 replica, read-your-writes", "1 replica, bounded", "3 replicas, read-your-writes",
-                 "1 replica, leases", "3 replicas, leases"):
+    for name in ("1 replica", "3 replicas"):
         procs = started[name]
         redis_port = redises[name][1]
         before = redis_calls(redis_port)
         # 64 connections, each waiting 10 ms after an answer before asking again: about
-        # 5,000/s once the barrier's few milliseconds are added.
+        # 5,000/s.
         result = wrk_many([s.url for s in procs], options.duration, 64, [], pace_ms=10)
         calls = redis_calls(redis_port) - before
         per_hit[name] = calls / max(result["requests"], 1)
         print(f"| {name} | {result['rps']:.0f} | {calls} | {per_hit[name]:.4f} |")
-    ratio = per_hit["3 replicas, leases"]
-    print(f"\ngoal, 3 replicas, leases: at most 0.01 Redis commands per hit: {ratio:.4f}, "
+    ratio = per_hit["3 replicas"]
+    print(f"\ngoal, 3 replicas: at most 0.01 Redis commands per hit: {ratio:.4f}, "
           f"{'met' if ratio <= 0.01 else 'missed'}\n")
     for procs in started.values():
         for server in procs:
@@ -212,24 +206,24 @@ def p99(values):
 
 
 def writes(ps, icecache, upstream, rounds, key):
-    """Per round: the single process, a fresh tier of three under leases, then that tier with
+    """Per round: the single process, a fresh tier of three, then that tier with
     its third replica killed (the first writes wait out its lease)."""
     n = 300
-    rows = {"single process (no Redis)": [], "3 replicas, leases": [], "3 replicas, leases, one killed": []}
+    rows = {"single process (no Redis)": [], "3 replicas": [], "3 replicas, one killed": []}
     for _ in range(rounds):
         single = start_icecache(ps, icecache, upstream, extra=["--credentials", "strip"])
         rows["single process (no Redis)"].append(commit_latencies(single.url, n))
         ps.stop(single.proc)
         redis_proc, port = start_redis(ps)
         flags = ["--credentials", "strip", "--redis-url", f"redis://127.0.0.1:{port}",
-                 "--cluster-key-file", key, *LEASES]
+                 "--cluster-key-file", key]
         tier = [start_icecache(ps, icecache, upstream, extra=flags) for _ in range(3)]
         for server in tier:
             get(server.url + PATH, {"Authorization": TOKEN})
-        rows["3 replicas, leases"].append(commit_latencies(tier[0].url, n))
+        rows["3 replicas"].append(commit_latencies(tier[0].url, n))
         tier[2].proc.kill()  # SIGKILL: no leaving, the others wait out its lease
         tier[2].proc.wait()
-        rows["3 replicas, leases, one killed"].append(commit_latencies(tier[0].url, n))
+        rows["3 replicas, one killed"].append(commit_latencies(tier[0].url, n))
         for server in tier[:2]:
             ps.stop(server.proc)
         ps.stop(redis_proc)
@@ -239,11 +233,11 @@ def writes(ps, icecache, upstream, rounds, key):
     for name, runs in rows.items():
         med = lambda f: statistics.median(f(r) for r in runs)
         print(f"| {name} | {med(lambda r: r[len(r) // 2]):.2f} | {med(p99):.2f} | {med(lambda r: r[-1]):.1f} |")
-    added = statistics.median(p99(t) - p99(s) for t, s in zip(rows["3 replicas, leases"],
+    added = statistics.median(p99(t) - p99(s) for t, s in zip(rows["3 replicas"],
                                                               rows["single process (no Redis)"]))
     print(f"\ngoal, a write's added p99 with every replica healthy at most 3 ms: {added:.2f} ms, "
           f"{'met' if added <= 3 else 'missed'}")
-    longest = max(r[-1] for r in rows["3 replicas, leases, one killed"])
+    longest = max(r[-1] for r in rows["3 replicas, one killed"])
     print(f"goal, the longest write with one replica killed at most a lease plus 50 ms (1050 ms): "
           f"{longest:.0f} ms, {'met' if longest <= 1050 else 'missed'}\n")
 

@@ -2,22 +2,19 @@
 //! version in the tier, and how the other replicas learn of a write. A leaf: the cache and the
 //! cluster both use it, and neither imports the other.
 
-/// A table's tokens: the tier's epoch's, its namespaces' and its own (random values, replaced
-/// by every write that touches them). Under read-your-writes an entry filled under one set is
-/// current only while its table's tokens are still those.
+/// A version of what an entry was filled under: in the tier's Redis, a table's tokens (the
+/// epoch's, its namespaces' and its own: random values, replaced by every write that touches
+/// them) with the lease log's dataset, which a shared entry must match; in a replica's memory,
+/// its lease's generation, which a held entry must match.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Tokens(pub Vec<u64>);
 
 /// How the other replicas learn of a write this replica answered.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Cover {
-    /// The tier was told (its tokens moved, or a heartbeat moved the epoch).
+    /// The tier was told: its tokens moved, and every other replica acknowledged the
+    /// invalidation or its lease ran out.
     Announced,
-    /// The tier was not told, but every other replica distrusts what it holds until it is,
-    /// or until it forgets this replica (which moves the epoch).
-    Distrusted,
-    /// The tier was not told, and this replica had been out of touch for `member_timeout`
-    /// when the answer came: the others may have forgotten it before the catalog made the
-    /// write.
+    /// The tier could not be told in time: a load elsewhere may not reflect the write yet.
     Lost,
 }

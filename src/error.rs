@@ -39,16 +39,14 @@ pub enum ProxyError {
     #[error("the exchange with the catalog ended abnormally")]
     Internal,
     #[error(
-        "this replica has been out of touch with the tier's Redis for cluster.member_timeout \
-         (or has never reached it): the other replicas would not see a write through it; send it \
-         through another"
+        "this replica cannot reach the tier's Redis (or has not yet): the other replicas would \
+         not see a write through it; send it again in a second, or through another replica"
     )]
     OutOfTouch,
     #[error(
-        "the catalog answered this write, but by then this replica had been out of touch with \
-         the tier's Redis for cluster.member_timeout and could not announce it: other replicas \
-         may serve the state before it until this replica is back in touch; the commit state is \
-         unknown to the tier"
+        "the catalog answered this write, but this replica could not tell the tier's other \
+         replicas of it within 5 s (their Redis did not answer): they may serve the state before \
+         it until Redis is back; the commit state is unknown to the tier"
     )]
     WriteUnseen,
     #[error(transparent)]

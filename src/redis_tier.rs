@@ -11,11 +11,11 @@ use futures::future::BoxFuture;
 use http::{HeaderMap, HeaderName, HeaderValue};
 use tokio::time::Instant;
 
-use crate::cache::tier::{Coordinating, Coordination, FillLease, Share, Tier, TierAsk, TierFill};
-use crate::cache::{CacheKey, Content, Entry, FillTicket, Gzipped, Varies};
+use crate::cache::tier::{Coordination, FillLease, Share, Tier, TierAsk, TierFill};
+use crate::cache::{Content, Entry, FillTicket, Gzipped, Varies};
 use crate::catalog::writes::Touched;
 use crate::clock::now_ms;
-use crate::cluster::{Cluster, Consistency, Lease, Observed, OnRedisDown, SharedEntry};
+use crate::cluster::{Cluster, Lease, Observed, OnRedisDown, SharedEntry};
 use crate::coordination::{Cover, Tokens};
 use crate::telemetry::cluster::Shared;
 use crate::wire::encoding::decode;
@@ -45,53 +45,31 @@ impl RedisTier {
         }
     }
 
-    async fn observe(&self, key: &CacheKey) -> Coordination {
-        match Box::pin(self.cluster.observe(&key.table.loose())).await {
-            Observed::Live(tokens) => Coordination::Tokens(tokens),
-            Observed::Degraded => self.when_down(),
-        }
-    }
-
     /// The tokens a fill checks shared entries against and shares under, with the tokens its
     /// entry is kept under here; None when nothing shared may be used.
-    async fn shared_tokens(&self, ask: &mut TierAsk<'_>) -> Option<(Tokens, Tokens)> {
+    async fn shared_tokens(&self, ask: &TierAsk<'_>) -> Option<(Tokens, Tokens)> {
+        // Held entries are current by this replica's lease; a shared one by the table's tokens
+        // in Redis, which every write moves before it publishes its invalidation. A miss reads
+        // them (one round trip); the entry is kept under the lease. The log's dataset goes with
+        // them: Redis losing writes (token moves among them) starts a new one, and entries
+        // shared before no longer match.
         let cluster = &self.cluster;
-        if cluster.consistency() == Consistency::Leases {
-            // Held entries are current by this replica's lease; a shared one by the table's
-            // tokens in Redis, which every write moves before it publishes its invalidation.
-            // A miss reads them (one round trip); the entry is kept under the lease. The log's
-            // dataset goes with them: Redis losing writes (token moves among them) starts a new
-            // one, and entries shared before no longer match.
-            let local = ask.tokens.clone()?;
-            let dataset = cluster.lease_dataset()?;
-            return match cluster.observe(&ask.key.table.loose()).await {
-                Observed::Live(mut tokens) => {
-                    tokens.0.push(dataset);
-                    Some((tokens, local))
-                }
-                Observed::Degraded => None,
-            };
-        }
-        if cluster.distrusts_tier() {
-            // A replica gone quiet may have answered writes Redis's tokens do not show: an
-            // entry shared under them may be older than such a write.
-            return None;
-        }
-        if ask.tokens.is_none() && cluster.consistency() == Consistency::Bounded {
-            if let Observed::Live(tokens) = cluster.observe(&ask.key.table.loose()).await {
-                ask.tokens = Some(tokens);
+        let local = ask.tokens.clone()?;
+        let dataset = cluster.lease_dataset()?;
+        match cluster.observe(&ask.key.table.loose()).await {
+            Observed::Live(mut tokens) => {
+                tokens.0.push(dataset);
+                Some((tokens, local))
             }
+            Observed::Degraded => None,
         }
-        let tokens = ask.tokens.clone()?;
-        Some((tokens.clone(), tokens))
     }
 
-    async fn offer_to(&self, ask: &mut TierAsk<'_>) -> TierFill {
+    async fn offer_to(&self, ask: &TierAsk<'_>) -> TierFill {
         let cluster = &self.cluster;
         let Some((tokens, local)) = self.shared_tokens(ask).await else {
             return TierFill::Alone;
         };
-        let ask: &TierAsk<'_> = ask;
         let identity = ask.key.identity(ask.policy_generation);
         let shared = || self.read_shared(ask, &identity, &tokens, local.clone());
         if let Some(entry) = shared().await {
@@ -169,35 +147,20 @@ impl RedisTier {
 }
 
 impl Tier for RedisTier {
-    fn coordinate<'a>(&'a self, key: &'a CacheKey) -> Coordinating<'a> {
-        if self.cluster.consistency() == Consistency::Leases {
-            // No round trip: the lease says whether memory may be trusted, and its
-            // generation whether an entry was filled since everything was last dropped.
-            return Coordinating::Ready(match self.cluster.lease_tokens() {
-                Some(tokens) => Coordination::Tokens(tokens),
-                None => self.when_down(),
-            });
+    fn coordinate(&self) -> Coordination {
+        // No round trip: the lease says whether memory may be trusted, and its generation
+        // whether an entry was filled since everything was last dropped.
+        match self.cluster.lease_tokens() {
+            Some(tokens) => Coordination::Tokens(tokens),
+            None => self.when_down(),
         }
-        if self.cluster.distrusts_tier() {
-            // Redis is away, or a replica that may be answering writes Redis does not hear
-            // of has gone quiet.
-            return Coordinating::Ready(self.when_down());
-        }
-        if !self.cluster.reads_tokens() {
-            // Bounded, and hearing every announcement: local freshness.
-            return Coordinating::Ready(Coordination::Local);
-        }
-        Coordinating::Pending(Box::pin(self.observe(key)))
     }
 
     fn trusted(&self) -> bool {
-        if self.cluster.consistency() == Consistency::Leases {
-            return self.cluster.lease_tokens().is_some();
-        }
-        !self.cluster.distrusts_tier()
+        self.cluster.lease_tokens().is_some()
     }
 
-    fn offer<'a>(&'a self, ask: &'a mut TierAsk<'_>) -> BoxFuture<'a, TierFill> {
+    fn offer<'a>(&'a self, ask: &'a TierAsk<'_>) -> BoxFuture<'a, TierFill> {
         Box::pin(self.offer_to(ask))
     }
 

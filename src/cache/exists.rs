@@ -16,7 +16,7 @@ impl Cache {
     /// Whether a fresh entry for the asked object is held that this caller could be given now
     /// without asking anyone.
     pub async fn vouches_for(self: &Arc<Self>, ask: &mut Ask) -> bool {
-        ask.coordination = self.tier.coordinate(&ask.key).resolve().await;
+        ask.coordination = self.tier.coordinate();
         // A table held in either snapshots mode exists.
         let forms: &[Form] = match ask.key.form {
             Form::View => &[Form::View],

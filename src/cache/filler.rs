@@ -43,18 +43,17 @@ impl Filler {
     /// Produces what the fill's callers may get: from an entry another replica shared, after
     /// another replica's fill (its lease), or from the catalog. Only a fill on behalf of
     /// waiters consults the tier; a caller's own check and a bypass ask for themselves.
-    pub async fn produce(&self, mut fill: Fill) -> FillOutcome {
+    pub async fn produce(&self, fill: Fill) -> FillOutcome {
         let Purpose::Fill { key, ticket, .. } = &fill.purpose else {
             return self.ask_catalog(fill).await;
         };
-        let mut ask = TierAsk {
+        let ask = TierAsk {
             key,
             policy_generation: fill.policy.generation,
             ticket,
             tokens: fill.remote.clone(),
         };
-        let offer = self.tier.offer(&mut ask).await;
-        fill.remote = ask.tokens;
+        let offer = self.tier.offer(&ask).await;
         match offer {
             TierFill::Shared(entry) => self.keep(&fill, entry),
             TierFill::Alone => self.ask_catalog(fill).await,

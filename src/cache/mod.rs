@@ -247,7 +247,7 @@ impl Cache {
 
     /// Answers a loadTable request: what `decide` makes of what is held, then the answer.
     pub async fn load(self: &Arc<Self>, ask: &mut Ask) -> Result<Lookup, Failure> {
-        ask.coordination = self.tier.coordinate(&ask.key).resolve().await;
+        ask.coordination = self.tier.coordinate();
         let ask = &*ask;
         let now = Instant::now();
         let held = self.store.get(&ask.key, ask.caller.policy.generation);

@@ -22,11 +22,10 @@ use crate::coordination::{Cover, Tokens};
 /// How a lookup may use what this replica holds.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Coordination {
-    /// A single process, or a replica on its own freshness (`bounded`, or `local` while Redis
-    /// is down).
+    /// A single process, or a replica on its own freshness (`local` while Redis is down).
     Local,
-    /// `read-your-writes`, Redis live: an entry is current only while its table's tokens are
-    /// these, and a fill in flight is joined only if it was started under them.
+    /// A replica whose lease holds: an entry is current only while these are its tokens (the
+    /// lease's generation), and a fill in flight is joined only if it was started under them.
     Tokens(Tokens),
     /// Redis is down under `on_redis_down = revalidate`: nothing is served without asking the
     /// catalog, and a fill is joined only before it has asked.
@@ -53,28 +52,12 @@ impl Coordination {
     }
 }
 
-/// A coordination known at once, or one that waits for the tier (a round trip to Redis).
-pub enum Coordinating<'a> {
-    Ready(Coordination),
-    Pending(BoxFuture<'a, Coordination>),
-}
-
-impl Coordinating<'_> {
-    pub async fn resolve(self) -> Coordination {
-        match self {
-            Coordinating::Ready(coordination) => coordination,
-            Coordinating::Pending(pending) => pending.await,
-        }
-    }
-}
-
 /// What a fill tells the tier before it asks the catalog.
 pub struct TierAsk<'a> {
     pub key: &'a CacheKey,
     pub policy_generation: u64,
     pub ticket: &'a FillTicket,
-    /// The table's tokens the fill runs under; a tier that reads them only now (`bounded`)
-    /// fills them in.
+    /// The tokens the fill runs under (the lease's generation when it was started).
     pub tokens: Option<Tokens>,
 }
 
@@ -107,15 +90,15 @@ pub enum Share<'a> {
 
 /// The questions the cache asks of the other replicas.
 pub trait Tier: Send + Sync {
-    /// How a lookup of `key`'s table may use what this replica holds.
-    fn coordinate<'a>(&'a self, key: &'a CacheKey) -> Coordinating<'a>;
+    /// How a lookup may use what this replica holds. Asks nothing of anyone: a hit's path.
+    fn coordinate(&self) -> Coordination;
 
-    /// Whether what this replica holds may be trusted for `events.fresh_for`: false while a
-    /// replica that may have answered writes nobody heard of has gone quiet.
+    /// Whether what this replica holds may be trusted for `events.fresh_for`: false while its
+    /// lease does not hold.
     fn trusted(&self) -> bool;
 
     /// What the tier offers a fill about to ask the catalog.
-    fn offer<'a>(&'a self, ask: &'a mut TierAsk<'_>) -> BoxFuture<'a, TierFill>;
+    fn offer<'a>(&'a self, ask: &'a TierAsk<'_>) -> BoxFuture<'a, TierFill>;
 
     /// Shares what a fill that held the lease got, and gives the lease back.
     fn release<'a>(&'a self, lease: &'a FillLease, share: Share<'a>) -> BoxFuture<'a, ()>;
@@ -140,15 +123,15 @@ pub trait Tier: Send + Sync {
 pub struct Local;
 
 impl Tier for Local {
-    fn coordinate<'a>(&'a self, _: &'a CacheKey) -> Coordinating<'a> {
-        Coordinating::Ready(Coordination::Local)
+    fn coordinate(&self) -> Coordination {
+        Coordination::Local
     }
 
     fn trusted(&self) -> bool {
         true
     }
 
-    fn offer<'a>(&'a self, _: &'a mut TierAsk<'_>) -> BoxFuture<'a, TierFill> {
+    fn offer<'a>(&'a self, _: &'a TierAsk<'_>) -> BoxFuture<'a, TierFill> {
         Box::pin(async { TierFill::Alone })
     }
 

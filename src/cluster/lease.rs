@@ -1,4 +1,4 @@
-//! The tier on leases (`consistency = "leases"`): the I/O around the pure rules of `trust`.
+//! The tier's leases: the I/O around the pure rules of `trust`.
 //! Heartbeats renew this replica's lease through the heartbeat script; invalidations heard on
 //! the lease channel are applied, then acknowledged once the cache has dropped what they
 //! touched; a write publishes its invalidation through the invalidate script and answers once
@@ -16,18 +16,20 @@ use super::announce::Message;
 use super::health::Health;
 use super::names::Names;
 use super::redis_parts::random_token;
-use super::trust::scripts::{read_invalidation, LeaseScripts};
-use super::trust::{Apply, MemberId, Renewal, Rules, Trust, Verdict, WriteWait, DEFAULT_LEASE};
+use super::trust::scripts::{read_invalidation, LeaseScripts, ScriptError};
+use super::trust::{
+    Apply, MemberId, Position, Renewal, Rules, Trust, Verdict, WriteWait, DEFAULT_LEASE,
+};
 use crate::catalog::writes::Touched;
 use crate::clock::now_ms;
 use crate::coordination::{Cover, Tokens};
-use crate::telemetry::cluster::WaitEnded;
+use crate::telemetry::cluster::{RoundTrip, WaitEnded};
 use crate::telemetry::ClusterMetrics;
 
-/// How long a write keeps trying to publish its invalidation before it answers that its
-/// outcome may not be seen by the others (`Cover::Lost`).
+/// How long a write keeps trying to move its tokens and publish its invalidation before it
+/// answers that its outcome may not be seen by the others (`Cover::Lost`).
 pub const PUBLISH_PATIENCE: Duration = Duration::from_secs(5);
-/// How long an invalidation that could not be published in time is still tried, in the
+/// How long an announcement that could not be made in time is still tried, in the
 /// background, so that the others drop what the write made old once Redis answers again.
 pub const PUBLISH_LATER_FOR: Duration = Duration::from_secs(120);
 /// How long a write waits before it tries Redis again.
@@ -36,6 +38,14 @@ pub const RETRY_EVERY: Duration = Duration::from_millis(100);
 const ECHO_EVERY: u64 = 2;
 /// Marks tokens as a lease generation's, never equal to tokens read from Redis.
 const LEASE_MARK: u64 = u64::MAX;
+
+/// What is left to do of a write's announcement.
+struct Announcement {
+    /// Its token moves, until they ran.
+    moves: Option<redis::Pipeline>,
+    /// Its invalidation as published: the write's id, then its message.
+    body: String,
+}
 
 /// A write waiting to answer: acknowledgements may arrive before its position does.
 enum Slot {
@@ -118,6 +128,7 @@ impl Leases {
             };
             let sent = Instant::now();
             let mut connection = self.connection.clone();
+            self.metrics.round_trip(RoundTrip::Beat);
             let reply = self
                 .scripts
                 .heartbeat(&mut connection, &beat, random_token(), echo)
@@ -148,6 +159,7 @@ impl Leases {
             };
             self.metrics.lease_held(self.tokens().is_some());
             for (member, stamp) in expired {
+                self.metrics.round_trip(RoundTrip::Forget);
                 let forgotten = self
                     .scripts
                     .forget(&mut connection, member, dataset, stamp)
@@ -191,6 +203,7 @@ impl Leases {
             return;
         }
         let mut connection = self.connection.clone();
+        self.metrics.round_trip(RoundTrip::Acknowledge);
         let sent = self
             .scripts
             .publish(&mut connection, &self.ack_channel, &ack)
@@ -226,23 +239,29 @@ impl Leases {
         }
     }
 
-    /// Publishes a write's invalidation and waits until the write may answer: every replica
-    /// listed acknowledged it, or its lease has certainly run out.
-    pub async fn publish(self: &Arc<Self>, touched: &Touched, started: Instant) -> Cover {
+    /// Announces a write: runs its token moves (`moves`), then publishes its invalidation, and
+    /// waits until the write may answer: every replica listed acknowledged it, or its lease has
+    /// certainly run out. What could not be done within `PUBLISH_PATIENCE` of `started` is
+    /// `Cover::Lost`, and is tried on in the background so that the others drop what the write
+    /// made old once Redis answers.
+    pub async fn publish(
+        self: &Arc<Self>,
+        touched: &Touched,
+        moves: redis::Pipeline,
+        started: Instant,
+    ) -> Cover {
         let write = random_token();
         let message = Message::new(&self.replica, now_ms(), touched);
-        let body = format!(
-            "{write:016x} {}",
-            serde_json::to_string(&message).unwrap_or_default()
-        );
+        let mut left = Announcement {
+            moves: Some(moves),
+            body: format!(
+                "{write:016x} {}",
+                serde_json::to_string(&message).unwrap_or_default()
+            ),
+        };
         self.slot(write, Some(Slot::Early(Vec::new())));
         let cover = loop {
-            let mut connection = self.connection.clone();
-            let published = self
-                .scripts
-                .invalidate(&mut connection, body.as_bytes(), random_token())
-                .await;
-            match published {
+            match self.announce_step(&mut left).await {
                 Ok((position, members)) => {
                     let wait = match self.trust.lock() {
                         Ok(trust) => trust.begin_write(Instant::now(), write, position, &members),
@@ -253,13 +272,13 @@ impl Leases {
                 Err(e) if started.elapsed() >= PUBLISH_PATIENCE => {
                     tracing::warn!(
                         error = %e,
-                        "a write's invalidation could not be published; trying on in the background"
+                        "a write could not be announced; trying on in the background"
                     );
-                    tokio::spawn(self.clone().publish_later(body.clone()));
+                    tokio::spawn(self.clone().announce_later(left));
                     break Cover::Lost;
                 }
                 Err(e) => {
-                    tracing::debug!(error = %e, "publishing a write's invalidation failed; again");
+                    tracing::debug!(error = %e, "announcing a write failed; again");
                     tokio::time::sleep(RETRY_EVERY).await;
                 }
             }
@@ -268,28 +287,43 @@ impl Leases {
         cover
     }
 
-    /// Goes on publishing an invalidation whose write was answered as lost, waiting for no
-    /// acknowledgement: the others drop what it touched once Redis answers.
-    async fn publish_later(self: Arc<Self>, body: String) {
+    /// One attempt at what is left of an announcement: the token moves first (once they ran,
+    /// they are not run again), then the invalidation, whose position and listed members it
+    /// answers.
+    async fn announce_step(
+        &self,
+        left: &mut Announcement,
+    ) -> Result<(Position, Vec<MemberId>), ScriptError> {
+        let mut connection = self.connection.clone();
+        if let Some(moves) = &left.moves {
+            self.metrics.round_trip(RoundTrip::Announce);
+            self.scripts.run(&mut connection, moves).await?;
+            left.moves = None;
+        }
+        self.metrics.round_trip(RoundTrip::Invalidate);
+        self.scripts
+            .invalidate(&mut connection, left.body.as_bytes(), random_token())
+            .await
+    }
+
+    /// Goes on with an announcement whose write was answered as lost, waiting for no
+    /// acknowledgement.
+    async fn announce_later(self: Arc<Self>, mut left: Announcement) {
         let started = Instant::now();
         while started.elapsed() < PUBLISH_LATER_FOR {
             tokio::time::sleep(DEFAULT_LEASE).await;
-            let mut connection = self.connection.clone();
-            let published = self
-                .scripts
-                .invalidate(&mut connection, body.as_bytes(), random_token())
-                .await;
-            if published.is_ok() {
+            if self.announce_step(&mut left).await.is_ok() {
                 return;
             }
         }
-        tracing::warn!("a write's invalidation was never published");
+        tracing::warn!("a write's announcement never reached Redis");
     }
 
     /// Takes this replica out of the members (a clean shutdown: writes need not wait out its
     /// lease).
     pub async fn leave(&self) {
         let mut connection = self.connection.clone();
+        self.metrics.round_trip(RoundTrip::Forget);
         if let Err(e) = self.scripts.leave(&mut connection, self.member()).await {
             tracing::debug!(error = %e, "leaving the lease members failed; the others forget this replica");
         }

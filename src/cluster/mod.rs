@@ -1,22 +1,24 @@
 //! Several replicas as one cache, coordinated through Redis (no protocol of icecache's own).
 //!
-//! - **Tokens are the truth.** Each table has a version in Redis (with its namespaces', the
-//!   epoch's and the dataset's); a write through any replica moves the versions of what it
-//!   touched before its answer returns. Under `read-your-writes` every lookup reads the current
-//!   versions in a shared round (`barrier`), so an entry filled before a write is never served
-//!   after it, on any replica. Messages (`announce`) only tell the others early.
+//! - **Leases keep memory current.** Each replica serves from memory only while its lease,
+//!   renewed by its heartbeat, holds; a write publishes its invalidation and answers once every
+//!   replica acknowledged it or its lease certainly ran out (`lease`, the rules in `trust`).
+//!   A hit asks Redis nothing.
+//! - **Tokens keep shared entries current.** Each table has a version in Redis (with its
+//!   namespaces', the epoch's and the lease log's dataset); a write moves the versions of what it
+//!   touched before it publishes, and a miss reads them in a shared round (`barrier`) before it
+//!   takes an entry another replica shared.
 //! - **One catalog fetch per version.** The policy-processed, secret-free body is shared
-//!   through Redis (`shared`), and a cold fill takes a lease so the other replicas wait for it
-//!   rather than asking too; a lease whose holder died expires.
+//!   through Redis (`shared`), and a cold fill takes a fill lease so the other replicas wait for
+//!   it rather than asking too; a fill lease whose holder died expires.
 //! - **Never a single point of failure.** A failed command makes the replica degraded
 //!   (`health`); loads then ask the catalog (`revalidate`) or use local freshness (`local`),
-//!   writes still succeed, and the epoch moves before the replica trusts Redis again.
+//!   and writes still succeed, answered as of unknown outcome when the others cannot be told.
 
 mod announce;
 mod barrier;
 mod health;
 mod lease;
-mod members;
 mod names;
 mod redis_parts;
 mod replays;
@@ -32,7 +34,7 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use thiserror::Error;
 use tokio::sync::{mpsc, oneshot};
 
-pub use settings::{ClusterSettings, Consistency, OnRedisDown};
+pub use settings::{ClusterSettings, OnRedisDown};
 pub use shared::SharedEntry;
 
 use crate::catalog::names::LooseName;
@@ -49,7 +51,7 @@ use health::Health;
 use names::Names;
 use redis_parts::{client, random_token};
 use shared::Rejected;
-use subscription::{Listening, Subscriber};
+use subscription::Subscriber;
 
 #[derive(Debug, Error)]
 pub enum ClusterError {
@@ -87,9 +89,8 @@ pub struct Cluster {
     replica: String,
     metrics: Arc<ClusterMetrics>,
     invalidations: Mutex<Option<mpsc::UnboundedReceiver<Invalidation>>>,
-    /// Under `consistency = "leases"`: this replica's lease and the writes waiting on it.
-    leases: Option<Arc<lease::Leases>>,
-    listening: Arc<Listening>,
+    /// This replica's lease and the writes waiting on it.
+    leases: Arc<lease::Leases>,
     release: redis::Script,
     replay_claim: redis::Script,
     replay_finish: redis::Script,
@@ -136,28 +137,15 @@ impl Cluster {
         );
         let replica = format!("{:016x}", random_token());
         let (invalidate, invalidations) = mpsc::unbounded_channel();
-        // Under leases the lease heartbeat is the only one; otherwise the health heartbeat.
-        let leases = (settings.consistency == Consistency::Leases).then(|| {
-            let leases = Arc::new(lease::Leases::new(
-                &names,
-                settings.redis_timeout,
-                &replica,
-                connection.clone(),
-                health.clone(),
-                metrics.clone(),
-            ));
-            tokio::spawn(leases.clone().renew());
-            leases
-        });
-        if leases.is_none() {
-            tokio::spawn(health.clone().watch(
-                connection.clone(),
-                names.clone(),
-                metrics.clone(),
-                settings.clone(),
-                replica.clone(),
-            ));
-        }
+        let leases = Arc::new(lease::Leases::new(
+            &names,
+            settings.redis_timeout,
+            &replica,
+            connection.clone(),
+            health.clone(),
+            metrics.clone(),
+        ));
+        tokio::spawn(leases.clone().renew());
         let cluster = Arc::new(Cluster {
             mac_key: settings.key.subkey("shared entries"),
             settings,
@@ -169,7 +157,6 @@ impl Cluster {
             metrics,
             invalidations: Mutex::new(Some(invalidations)),
             leases,
-            listening: Arc::default(),
             release: redis::Script::new(RELEASE),
             replay_claim: redis::Script::new(replays::CLAIM),
             replay_finish: redis::Script::new(replays::FINISH),
@@ -180,9 +167,8 @@ impl Cluster {
                 timeout: cluster.settings.redis_timeout,
                 channel: cluster.names.channel(),
                 beat_channel: cluster.names.beat_channel(&cluster.replica),
-                consistency: cluster.settings.consistency,
                 replica: cluster.replica.clone(),
-                listening: cluster.listening.clone(),
+                listening: subscription::Listening::default(),
                 health: cluster.health.clone(),
                 metrics: cluster.metrics.clone(),
                 invalidate,
@@ -191,10 +177,6 @@ impl Cluster {
             .run(),
         );
         Ok(cluster)
-    }
-
-    pub fn consistency(&self) -> Consistency {
-        self.settings.consistency
     }
 
     pub fn on_redis_down(&self) -> OnRedisDown {
@@ -213,26 +195,20 @@ impl Cluster {
         self.health.is_degraded()
     }
 
-    /// Whether a lookup must read its table's tokens: always under `read-your-writes`, and
-    /// under `bounded` while the announcements may not be arriving.
-    pub fn reads_tokens(&self) -> bool {
-        self.settings.consistency == Consistency::ReadYourWrites || !self.listening.is_live()
-    }
-
     /// What other replicas announced, for the cache to invalidate locally (taken once).
     pub fn invalidations(&self) -> Option<mpsc::UnboundedReceiver<Invalidation>> {
         self.invalidations.lock().ok()?.take()
     }
 
-    /// Under leases: what an entry must have been filled under to be served now, or None
-    /// while the lease does not hold. None as well when the tier is not on leases.
+    /// What an entry must have been filled under to be served now, or None while the lease
+    /// does not hold.
     pub fn lease_tokens(&self) -> Option<Tokens> {
-        self.leases.as_ref()?.tokens()
+        self.leases.tokens()
     }
 
-    /// Under leases: the dataset of the invalidation log this replica has applied.
+    /// The dataset of the invalidation log this replica has applied.
     pub fn lease_dataset(&self) -> Option<u64> {
-        self.leases.as_ref()?.dataset()
+        self.leases.dataset()
     }
 
     /// The current tokens of `table`, read in a round that starts after this call.
@@ -254,11 +230,11 @@ impl Cluster {
         }
     }
 
-    /// Replaces the tokens of what a write touched and tells the other replicas, before the
-    /// write's answer returns. When Redis cannot be told, the replica is dirty (its next
-    /// heartbeat moves the epoch) and the answer waits until the write is covered: by that
-    /// heartbeat, or by the time every other replica must have seen this one's heartbeat lapse
-    /// (they then ask the catalog until it is back, or until they forget it); says which.
+    /// Moves the tokens of what a write touched, then publishes its invalidation and waits
+    /// until every other replica acknowledged it or its lease ran out (`lease`). A write whose
+    /// tokens could not be moved or whose invalidation could not be published within
+    /// `lease::PUBLISH_PATIENCE` is `Cover::Lost`: a load elsewhere may still find an entry from
+    /// before it.
     pub async fn announce(&self, touched: &Touched) -> Cover {
         let mut pipe = redis::pipe();
         let mut replace = |key: String| {
@@ -277,105 +253,30 @@ impl Cluster {
             Touched::Everything => replace(self.names.epoch()),
             Touched::Nothing => return Cover::Announced,
         }
+        // Replicas of versions before leases read these announcements (during a rolling
+        // upgrade); this version hears them too and drops what they touched.
         let message = serde_json::to_string(&Message::new(&self.replica, now_ms(), touched))
             .unwrap_or_default();
         pipe.cmd("PUBLISH")
             .arg(self.names.channel())
             .arg(message)
             .ignore();
-        // The write ticks the clock: if Redis later loses it (a failover to a replica that
-        // lagged), this replica's next heartbeat sees the clock behind and moves the epoch.
-        let clock = self.names.clock(&self.replica);
-        pipe.cmd("INCR").arg(&clock);
-        pipe.cmd("PEXPIRE")
-            .arg(&clock)
-            .arg(
-                self.settings
-                    .member_timeout
-                    .as_millis()
-                    .saturating_mul(2)
-                    .to_string(),
-            )
-            .ignore();
-        if let Some(leases) = &self.leases {
-            // A shared entry is checked against the tokens: they move before the invalidation
-            // is published, and a write whose tokens could not be moved is not answered as a
-            // success (a load elsewhere may still find the entry from before it in Redis).
-            let started = tokio::time::Instant::now();
-            let moved = self.move_tokens_under_leases(pipe, started).await;
-            let cover = leases.publish(touched, started).await;
-            return if moved { cover } else { Cover::Lost };
+        // A shared entry is checked against the tokens: they move before the invalidation is
+        // published.
+        let started = tokio::time::Instant::now();
+        let cover = self.leases.publish(touched, pipe, started).await;
+        match cover {
+            Cover::Announced => self.metrics.published(),
+            Cover::Lost => self.metrics.unannounced(),
         }
-        if !self.health.is_degraded() {
-            self.metrics.round_trip(RoundTrip::Announce);
-            let mut connection = self.connection.clone();
-            let done = tokio::time::timeout(
-                self.settings.redis_timeout,
-                pipe.query_async::<(u64,)>(&mut connection),
-            )
-            .await;
-            match done {
-                Ok(Ok((clock,))) => {
-                    self.health.saw_clock(clock);
-                    self.metrics.published();
-                    return Cover::Announced;
-                }
-                Ok(Err(e)) => self
-                    .health
-                    .down(&self.metrics, &format!("announcing a write: {e}")),
-                Err(_) => self
-                    .health
-                    .down(&self.metrics, "announcing a write timed out"),
-            }
-        }
-        self.metrics.unannounced();
-        self.health.cover_write(&self.settings).await
+        cover
     }
 
-    /// Runs a write's token moves, trying again for `lease::PUBLISH_PATIENCE` from `started`,
-    /// then on in the background (the others drop the tokens' entries once Redis answers).
-    async fn move_tokens_under_leases(
-        &self,
-        pipe: redis::Pipeline,
-        started: tokio::time::Instant,
-    ) -> bool {
-        let mut connection = self.connection.clone();
-        let timeout = self.settings.redis_timeout;
-        loop {
-            if runs(&pipe, &mut connection, timeout).await {
-                self.metrics.published();
-                return true;
-            }
-            if started.elapsed() >= lease::PUBLISH_PATIENCE {
-                break;
-            }
-            tokio::time::sleep(lease::RETRY_EVERY).await;
-        }
-        tracing::warn!("a write's token moves failed; trying on in the background");
-        tokio::spawn(async move {
-            let started = tokio::time::Instant::now();
-            while started.elapsed() < lease::PUBLISH_LATER_FOR {
-                tokio::time::sleep(trust::DEFAULT_LEASE).await;
-                if runs(&pipe, &mut connection, timeout).await {
-                    return;
-                }
-            }
-            tracing::warn!("a write's token moves never reached Redis");
-        });
-        false
-    }
-
-    /// Whether a lookup must not trust what is held here: Redis is away, or another replica's
-    /// heartbeat lapsed (it may be answering writes Redis is not told of).
-    pub fn distrusts_tier(&self) -> bool {
-        self.health.is_degraded() || self.health.is_suspect()
-    }
-
-    /// A replica that has not reached Redis for `member_timeout` (or never has) refuses
-    /// writes: the others have stopped waiting for it, and would not see them. Counts each
-    /// write it refuses.
+    /// A replica that cannot reach Redis (or never has) refuses writes before they reach the
+    /// catalog: it could not tell the others, and a write refused is one whose outcome is known.
+    /// Counts each write it refuses.
     pub fn refuses_writes(&self) -> bool {
-        let refuses = self.health.out_of_touch(self.settings.member_timeout);
+        let refuses = self.health.is_degraded();
         if refuses {
             self.metrics.write_refused();
         }
@@ -387,20 +288,10 @@ impl Cluster {
         self.health.has_joined()
     }
 
-    /// Takes this replica out of the tier's heartbeats (a clean shutdown: the others need not
-    /// wait for it).
+    /// Takes this replica out of the lease members (a clean shutdown: writes need not wait
+    /// out its lease).
     pub async fn leave(&self) {
-        if let Some(leases) = &self.leases {
-            leases.leave().await;
-        }
-        let mut connection = self.connection.clone();
-        let mut gone = redis::cmd("HDEL");
-        gone.arg(self.names.members()).arg(&self.replica);
-        let _ = tokio::time::timeout(
-            self.settings.redis_timeout,
-            gone.query_async::<i64>(&mut connection),
-        )
-        .await;
+        self.leases.leave().await;
     }
 
     /// The entry the tier shares under `identity`, if it is authentic and current.
@@ -561,14 +452,4 @@ impl Cluster {
         .await;
         matches!(held, Ok(Ok(1)))
     }
-}
-
-/// Whether a write's pipeline ran within `timeout`.
-async fn runs(
-    pipe: &redis::Pipeline,
-    connection: &mut ConnectionManager,
-    timeout: Duration,
-) -> bool {
-    let ran = tokio::time::timeout(timeout, pipe.query_async::<(u64,)>(connection)).await;
-    matches!(ran, Ok(Ok(_)))
 }

@@ -35,19 +35,6 @@ impl Names {
         format!("{}:epoch", self.prefix)
     }
 
-    /// Ticked by this replica's heartbeats and writes, and by nothing else: a value not above
-    /// one it saw means Redis lost writes (a flush, a restart without persistence, a failover
-    /// to a replica that lagged: it holds a prefix of what was written, so a lost token move
-    /// takes the tick after it along).
-    pub fn clock(&self, replica: &str) -> String {
-        format!("{}:clock:{replica}", self.prefix)
-    }
-
-    /// The replicas' heartbeats: replica → until when (Redis's clock) it is known to be live.
-    pub fn members(&self) -> String {
-        format!("{}:members", self.prefix)
-    }
-
     /// The channel a replica's own heartbeat is published on: hearing it proves the
     /// subscription works.
     pub fn beat_channel(&self, replica: &str) -> String {

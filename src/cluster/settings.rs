@@ -5,30 +5,6 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-/// What a load after a write answered by another replica is promised.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Consistency {
-    /// It reflects the write: every lookup checks the tables' versions in Redis (batched).
-    ReadYourWrites,
-    /// It reflects the write once the invalidation message arrives (the delay is exported).
-    Bounded,
-    /// It reflects the write, and a hit asks Redis nothing: each replica serves from memory
-    /// while its lease holds, and a write answers once every replica acknowledged it or its
-    /// lease ran out (`cluster::trust`). Experimental.
-    Leases,
-}
-
-impl Consistency {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Consistency::ReadYourWrites => "read-your-writes",
-            Consistency::Bounded => "bounded",
-            Consistency::Leases => "leases",
-        }
-    }
-}
-
 /// What a replica does while Redis cannot be reached.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -103,12 +79,10 @@ pub const MIN_KEY_BYTES: usize = 32;
 pub struct ClusterSettings {
     pub redis_url: RedisUrl,
     pub key: ClusterKey,
-    pub consistency: Consistency,
     pub on_redis_down: OnRedisDown,
     pub max_shared_bytes: u64,
     pub lease: Duration,
     pub barrier_interval: Duration,
-    pub member_timeout: Duration,
     pub redis_timeout: Duration,
     pub key_prefix: String,
 }

@@ -1,11 +1,10 @@
-//! Hearing the other replicas' announcements. Pub/sub delivers at most once: a replica whose
-//! subscription dropped has missed what was published meanwhile, Redis may refuse the
+//! Hearing the other replicas' invalidations and acknowledgements. Pub/sub delivers at most
+//! once: a replica whose subscription dropped has missed what was published meanwhile (the
+//! lease log's positions tell `trust`, which drops everything), Redis may refuse the
 //! subscription again (a revoked channel), which the client's automatic resubscription does not
 //! retry, and a connection can go silent without closing. So the subscription is live only while
-//! the replica hears its own heartbeats on it: while it is not, `bounded` lookups read the
-//! tokens as `read-your-writes` ones do and subscribing is retried (on a new connection after
-//! silence), and once it is live again whatever is held is dropped (it may have missed a
-//! message).
+//! the replica hears its own heartbeats' echoes on it: while it is not, subscribing is retried
+//! (on a new connection after silence).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -17,10 +16,9 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
 use super::announce::{Invalidation, Message};
-use super::health::{Health, HEARTBEAT};
+use super::health::Health;
 use super::lease::Leases;
 use super::redis_parts::client;
-use super::settings::Consistency;
 use crate::catalog::writes::Touched;
 use crate::clock::now_ms;
 use crate::telemetry::cluster::Heard;
@@ -28,7 +26,10 @@ use crate::telemetry::ClusterMetrics;
 
 /// How long after a heartbeat's answer its echo on the subscription may still arrive, beyond
 /// the Redis timeout (the echo is sent before the answer; this is for a busy machine).
-const ECHO_SLACK: Duration = HEARTBEAT;
+const ECHO_SLACK: Duration = Duration::from_millis(250);
+/// How long a subscription may hear no echo at all, beyond twice the Redis timeout, before its
+/// connection is given up on (echoes come every two heartbeats: about 670 ms).
+const SILENCE: Duration = Duration::from_secs(1);
 /// How often a subscription that keeps going silent says so in the log.
 const WARN_SILENCE_EVERY: Duration = Duration::from_secs(30);
 /// How often a replica without a live subscription tries to subscribe again.
@@ -55,16 +56,15 @@ pub struct Subscriber {
     pub channel: String,
     /// This replica's own heartbeat channel.
     pub beat_channel: String,
-    pub consistency: Consistency,
     /// This replica's name in messages (it ignores its own).
     pub replica: String,
-    pub listening: Arc<Listening>,
+    pub listening: Listening,
     /// Which heartbeats Redis took (each must be heard here).
     pub health: Arc<Health>,
     pub metrics: Arc<ClusterMetrics>,
     pub invalidate: mpsc::UnboundedSender<Invalidation>,
-    /// Under leases: where lease invalidations and acknowledgements go.
-    pub leases: Option<Arc<Leases>>,
+    /// Where lease invalidations and acknowledgements go.
+    pub leases: Arc<Leases>,
 }
 
 impl Subscriber {
@@ -109,7 +109,7 @@ impl Subscriber {
         mut manager: ConnectionManager,
         mut received: mpsc::UnboundedReceiver<PushInfo>,
     ) -> bool {
-        let silence = HEARTBEAT * 4 + self.timeout * 2;
+        let silence = SILENCE + self.timeout * 2;
         let mut last_beat = Instant::now();
         let mut heard = 0;
         // When the oldest heartbeat Redis took that has not been heard here landed.
@@ -132,9 +132,9 @@ impl Subscriber {
                         self.listening.set(false, &self.metrics);
                         return true;
                     }
-                    // A heartbeat Redis took a round trip ago and that was not heard here: the
-                    // subscription may be deaf. Not live (bounded lookups read the tokens) until
-                    // one is heard again, long before the connection is given up on.
+                    // An echo Redis took a round trip ago and that was not heard here: the
+                    // subscription may be deaf. Not live (subscribing is retried) until one is
+                    // heard again, long before the connection is given up on.
                     match self.health.last_landed() {
                         Some((number, at)) if number > heard => {
                             let since = *unheard_since.get_or_insert(at);
@@ -148,11 +148,12 @@ impl Subscriber {
                         _ => unheard_since = None,
                     }
                     if !self.listening.is_live() {
-                        let mut channels = vec![self.channel.clone(), self.beat_channel.clone()];
-                        if let Some(leases) = &self.leases {
-                            channels.push(leases.lease_channel().to_owned());
-                            channels.push(leases.ack_channel().to_owned());
-                        }
+                        let channels = [
+                            self.channel.as_str(),
+                            &self.beat_channel,
+                            self.leases.lease_channel(),
+                            self.leases.ack_channel(),
+                        ];
                         if let Err(e) = manager.subscribe(&channels[..]).await {
                             tracing::debug!(error = %e, "subscribing to announcements failed");
                         }
@@ -168,20 +169,16 @@ impl Subscriber {
             PushKind::Message if self.on_beat_channel(&push) => {
                 if !self.listening.is_live() {
                     self.listening.set(true, &self.metrics);
-                    if self.consistency == Consistency::Bounded {
-                        // Filled while no message could arrive: one may have been missed.
-                        self.drop_all();
-                    }
                 }
                 return Some(beat_number(&push));
             }
-            PushKind::Message => match (&self.leases, channel_of(&push)) {
-                (Some(leases), Some(channel)) if channel == leases.lease_channel().as_bytes() => {
-                    self.lease_invalidation(leases, &push);
+            PushKind::Message => match channel_of(&push) {
+                Some(channel) if channel == self.leases.lease_channel().as_bytes() => {
+                    self.lease_invalidation(&push);
                 }
-                (Some(leases), Some(channel)) if channel == leases.ack_channel().as_bytes() => {
+                Some(channel) if channel == self.leases.ack_channel().as_bytes() => {
                     if let Some(payload) = payload_of(&push) {
-                        leases.acknowledged(&payload);
+                        self.leases.acknowledged(&payload);
                     }
                 }
                 _ => self.message(&push),
@@ -207,7 +204,8 @@ impl Subscriber {
 
     /// Applies a lease invalidation in the order heard, and acknowledges it once the cache
     /// has dropped what it touched.
-    fn lease_invalidation(&self, leases: &Arc<Leases>, push: &PushInfo) {
+    fn lease_invalidation(&self, push: &PushInfo) {
+        let leases = &self.leases;
         let (touched, ack) = match payload_of(push) {
             Some(payload) => leases.heard(&payload),
             None => (Touched::Everything, None),
@@ -226,6 +224,8 @@ impl Subscriber {
         }
     }
 
+    /// An announcement on the earlier channel: a write through a replica of a version before
+    /// leases (a rolling upgrade), or one of this version's, which publish there too for them.
     fn message(&self, push: &PushInfo) {
         let payload = payload_of(push);
         let Some(message) = payload.and_then(|p| serde_json::from_slice::<Message>(&p).ok()) else {

@@ -237,8 +237,8 @@ keys! {
         "the Redis the replicas of a tier share (`redis://` or `rediss://`, a restricted user in the URL; its password is never shown); unset: a single-process cache (see [cluster](cluster.md))";
     "cluster.key_file", Some("cluster-key-file"), Kind::Path, Computed("(required with `redis_url`, refused without it)"), Restart, false,
         "a file of at least 32 random bytes the replicas share: it keys identity scopes and Redis names, and authenticates what is stored in Redis";
-    "cluster.consistency", Some("cluster-consistency"), Kind::Choice(&["read-your-writes", "bounded", "leases"]), Value("read-your-writes"), Restart, false,
-        "`read-your-writes` (a load after any replica answered a write reflects it), `bounded` (it does once the announcement arrives) or `leases` (experimental: read-your-writes with hits that ask Redis nothing; see [cluster](cluster.md))";
+    "cluster.consistency", Some("cluster-consistency"), Kind::Choice(&["read-your-writes", "leases", "bounded"]), Value("read-your-writes"), Restart, false,
+        "`read-your-writes`, the one mode: a load after any replica answered a write reflects it, and a hit asks Redis nothing (see [cluster](cluster.md)); `leases` and `bounded`, earlier names, start in it too";
     "cluster.on_redis_down", Some("on-redis-down"), Kind::Choice(&["revalidate", "local"]), Value("revalidate"), Restart, false,
         "while Redis cannot be reached: `revalidate` (loads ask the catalog) or `local` (each replica on its own freshness)";
     "cluster.max_shared_bytes", Some("cluster-max-shared-bytes"), size(0), Value("4MiB"), Restart, false,
@@ -246,11 +246,11 @@ keys! {
     "cluster.lease", Some("cluster-lease"), duration(MS, Duration::from_secs(3600)), Value("5s"), Restart, false,
         "how long a replica filling a table for the tier holds the lease; others wait at most this long for it";
     "cluster.barrier_interval", Some("cluster-barrier-interval"), duration(NONE, Duration::from_secs(1)), Value("2ms"), Restart, false,
-        "under `read-your-writes`, at most one shared round trip to Redis per interval serves every lookup that arrived in it";
+        "at most one shared round trip to Redis per interval reads the tables' versions for every miss that arrived in it (before taking an entry another replica shared)";
     "cluster.redis_timeout", Some("cluster-redis-timeout"), duration(MS, Duration::from_secs(60)), Value("500ms"), Restart, false,
-        "a Redis command not answered within it makes the replica degraded (at most a quarter of `member_timeout`)";
+        "a Redis command not answered within it makes the replica degraded";
     "cluster.member_timeout", Some("cluster-member-timeout"), duration(Duration::from_secs(5), DAY), Value("60s"), Restart, false,
-        "how long the others distrust the tier after a replica's heartbeat lapsed (then they forget it and move the epoch); a replica out of touch with Redis this long refuses writes";
+        "no effect (kept so that configuration files of earlier versions start): a replica refuses writes (503) as soon as Redis stops answering it";
     "cluster.key_prefix", Some("cluster-key-prefix"), Kind::Text, Value("icecache"), Restart, false,
         "prefix of every Redis key and channel icecache uses (1 to 64 letters, digits, `_-.`: no glob character, which would widen the ACL's `~prefix:*`)";
     "events.fresh_for", Some("events-fresh-for"), duration(NONE, Duration::from_secs(7 * 86_400)), Computed("`cache.fresh_for`"), Applied, false,

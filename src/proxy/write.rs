@@ -3,8 +3,7 @@
 //! the catalog refused (4xx) did not happen and invalidates nothing, so no client can empty
 //! the cache by sending writes it is not allowed to make; a conflict (409) is the exception: it
 //! says the table moved behind the writer's back. A write the other replicas of a tier
-//! may never see (this replica was cut off from Redis for `cluster.member_timeout` by the time
-//! the catalog answered) is not reported as a success. A write that holds an
+//! may not see yet (this replica could not tell them in time) is not reported as a success. A write that holds an
 //! `Idempotency-Key` under `provide` (`serve_held`) has its answer kept for the key's retries
 //! in the same task (see `kept`).
 

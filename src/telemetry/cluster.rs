@@ -1,6 +1,6 @@
 //! A replica of a tier on Redis: its round trips by purpose, its health (degraded, hearing the
-//! others, replicas that went quiet), the writes it could not announce or refused, the entries
-//! shared through Redis, the announcements sent and heard, and the lease waits.
+//! others), its lease, the writes it could not announce or refused and how long writes waited,
+//! the entries shared through Redis, the announcements sent and heard, and the fill lease waits.
 
 use prometheus::{Histogram, IntCounter, IntCounterVec, IntGauge, Registry};
 
@@ -11,10 +11,8 @@ pub struct ClusterMetrics {
     errors: IntCounter,
     degraded: IntGauge,
     subscribed: IntGauge,
-    lapsed: IntGauge,
     unannounced: IntCounter,
     writes_refused: IntCounter,
-    rewinds: IntCounter,
     shared: IntCounterVec,
     published: IntCounter,
     received: IntCounterVec,
@@ -52,13 +50,15 @@ pub enum RoundTrip {
     Round,
     Create,
     Announce,
+    Invalidate,
+    Acknowledge,
+    Forget,
     SharedGet,
     SharedPut,
     Lease,
     Release,
     LeaseCheck,
     Beat,
-    Probe,
     Replay,
 }
 
@@ -68,29 +68,33 @@ impl Label for RoundTrip {
             RoundTrip::Round => "round",
             RoundTrip::Create => "create",
             RoundTrip::Announce => "announce",
+            RoundTrip::Invalidate => "invalidate",
+            RoundTrip::Acknowledge => "acknowledge",
+            RoundTrip::Forget => "forget",
             RoundTrip::SharedGet => "shared_get",
             RoundTrip::SharedPut => "shared_put",
             RoundTrip::Lease => "lease",
             RoundTrip::Release => "release",
             RoundTrip::LeaseCheck => "lease_check",
             RoundTrip::Beat => "beat",
-            RoundTrip::Probe => "probe",
             RoundTrip::Replay => "replay",
         }
     }
 }
 
-const ROUND_TRIPS: [RoundTrip; 11] = [
+const ROUND_TRIPS: [RoundTrip; 13] = [
     RoundTrip::Round,
     RoundTrip::Create,
     RoundTrip::Announce,
+    RoundTrip::Invalidate,
+    RoundTrip::Acknowledge,
+    RoundTrip::Forget,
     RoundTrip::SharedGet,
     RoundTrip::SharedPut,
     RoundTrip::Lease,
     RoundTrip::Release,
     RoundTrip::LeaseCheck,
     RoundTrip::Beat,
-    RoundTrip::Probe,
     RoundTrip::Replay,
 ];
 
@@ -141,7 +145,8 @@ impl ClusterMetrics {
                 r,
                 "icecache_cluster_redis_round_trips_total",
                 "Round trips to Redis, by what they were for (round, create, announce, \
-                 shared_get, shared_put, lease, release, lease_check, beat, probe).",
+                 invalidate, acknowledge, forget, shared_get, shared_put, lease, release, \
+                 lease_check, beat, replay).",
                 &["op"],
             ),
             errors: counter(
@@ -157,31 +162,19 @@ impl ClusterMetrics {
             subscribed: gauge(
                 r,
                 "icecache_cluster_subscribed",
-                "1 while this replica hears the other replicas' announcements (under bounded, \
-                 loads read Redis's tokens while it does not).",
-            ),
-            lapsed: gauge(
-                r,
-                "icecache_cluster_lapsed_replicas",
-                "Other replicas whose heartbeat lapsed (within cluster.member_timeout): while \
-                 any has, loads follow cluster.on_redis_down.",
+                "1 while this replica hears the other replicas' invalidations (its own \
+                 heartbeats' echoes prove it).",
             ),
             unannounced: counter(
                 r,
                 "icecache_cluster_unannounced_writes_total",
-                "Writes answered while Redis could not be told (each waited until covered).",
+                "Writes the other replicas could not be told of within 5 s (answered 502 \
+                 CommitStateUnknownException when the catalog made them).",
             ),
             writes_refused: counter(
                 r,
                 "icecache_cluster_writes_refused_total",
-                "Writes refused (503) by a replica out of touch with Redis for \
-                 cluster.member_timeout.",
-            ),
-            rewinds: counter(
-                r,
-                "icecache_cluster_redis_rewinds_total",
-                "Heartbeats that found the tier's clock behind what this replica saw (Redis \
-                 lost writes) and moved the epoch.",
+                "Writes refused (503) by a replica that cannot reach Redis.",
             ),
             shared: counter_vec(
                 r,
@@ -225,26 +218,26 @@ impl ClusterMetrics {
             lease_held: gauge(
                 r,
                 "icecache_cluster_lease_held",
-                "Under consistency = leases: 1 while this replica's lease holds (as of its last \
+                "1 while this replica's lease holds (as of its last \
                  heartbeat), so that it serves from memory.",
             ),
             lease_resets: counter(
                 r,
                 "icecache_cluster_lease_resets_total",
-                "Under consistency = leases: times this replica dropped everything it held, \
+                "Times this replica dropped everything it held, \
                  having missed invalidations (a quiet subscription, a flushed Redis).",
             ),
             write_waits: counter_vec(
                 r,
                 "icecache_cluster_write_waits_total",
-                "Under consistency = leases: writes that waited before answering, by how the \
+                "Writes that waited before answering, by how the \
                  wait ended (acknowledged, lease_ran_out).",
                 &["ended"],
             ),
             write_wait: histogram(
                 r,
                 "icecache_cluster_write_wait_seconds",
-                "Under consistency = leases: how long a write waited for the others' \
+                "How long a write waited for the others' \
                  acknowledgements or leases.",
             ),
         }
@@ -291,20 +284,12 @@ impl ClusterMetrics {
         self.subscribed.set(i64::from(live));
     }
 
-    pub fn lapsed(&self, replicas: usize) {
-        self.lapsed.set(i64::try_from(replicas).unwrap_or(i64::MAX));
-    }
-
     pub fn unannounced(&self) {
         self.unannounced.inc();
     }
 
     pub fn write_refused(&self) {
         self.writes_refused.inc();
-    }
-
-    pub fn rewound(&self) {
-        self.rewinds.inc();
     }
 
     pub fn shared(&self, result: Shared) {

@@ -27,6 +27,34 @@ pub async fn commit(url: &str) -> u64 {
     version_of(&response.json::<Value>().await.unwrap()).unwrap()
 }
 
+/// A commit through `url`: its status and the Iceberg error type when it failed.
+pub async fn try_commit(url: &str) -> (u16, Option<String>) {
+    let answer = crate::support::empty_commit(&format!("{url}{TABLE}"), "alice").await;
+    let status = answer.status().as_u16();
+    if status == 200 {
+        return (status, None);
+    }
+    let body: serde_json::Value = answer.json().await.unwrap();
+    (status, body["error"]["type"].as_str().map(str::to_owned))
+}
+
+/// A write Redis cannot be told of is never answered as a success: refused before the catalog
+/// (503) or answered as of unknown outcome (502).
+pub fn never_a_success(answer: &(u16, Option<String>), what: &str) {
+    let kind = answer.1.as_deref();
+    match answer.0 {
+        503 => assert_eq!(kind, Some("ServiceUnavailableException"), "{what}"),
+        502 => assert_eq!(kind, Some("CommitStateUnknownException"), "{what}"),
+        status => panic!("{what}: a write nobody could be told of answered {status}"),
+    }
+}
+
+/// Loads through `url` until one serves at least `version`.
+pub async fn seen_eventually(url: &str, version: u64) {
+    let what = format!("{url} serving version {version}");
+    crate::support::eventually(&what, || async { version_at(url).await >= version }).await;
+}
+
 /// A table loaded through replica 0 (a miss) is served by every other replica from what it
 /// shared in Redis (`x-cache: SHARED`), with one catalog fetch for the tier.
 pub async fn loaded_once_and_shared(tier: &Tier, catalog: &StandIn) {
@@ -50,7 +78,6 @@ pub const ACL: &[&str] = &[
     "+@scripting",
     "+@connection",
     "-@dangerous",
-    "+time",
 ];
 
 pub fn restricted_user(redis: &Redis, user: &str) -> String {

@@ -436,7 +436,11 @@ fn a_cluster_setting_without_a_redis_url_is_refused() {
     let key_path = key.0.to_str().unwrap().to_owned();
     for (flag, value, named) in [
         ("--cluster-key-file", key_path.as_str(), "cluster.key_file"),
-        ("--cluster-consistency", "bounded", "cluster.consistency"),
+        (
+            "--cluster-consistency",
+            "read-your-writes",
+            "cluster.consistency",
+        ),
         ("--cluster-lease", "10s", "cluster.lease"),
         ("--cluster-key-prefix", "foo", "cluster.key_prefix"),
     ] {
@@ -451,24 +455,22 @@ fn a_cluster_setting_without_a_redis_url_is_refused() {
 }
 
 #[test]
-fn a_redis_timeout_near_the_member_timeout_is_refused() {
+fn every_earlier_name_of_the_consistency_starts_the_one_mode_and_others_are_refused() {
     let key = config_file("0123456789abcdef0123456789abcdef");
-    let output = icecache(&[
-        "--upstream",
-        "http://a:1",
-        "--redis-url",
-        "redis://127.0.0.1:1",
-        "--cluster-key-file",
-        key.0.to_str().unwrap(),
-        "--cluster-redis-timeout",
-        "60s",
-        "--cluster-member-timeout",
-        "5s",
-    ]);
+    let file = |word: &str| {
+        config_file(&format!(
+            "upstream = \"http://a:1\"\n[cluster]\nredis_url = \"redis://127.0.0.1:6379\"\n\
+             key_file = \"{}\"\nconsistency = \"{word}\"\n",
+            key.0.display()
+        ))
+    };
+    for word in ["read-your-writes", "leases", "bounded"] {
+        let config = file(word);
+        let output = icecache(&["check-config", config.0.to_str().unwrap()]);
+        assert_eq!(output.status.code(), Some(0), "{word}: {}", stderr(&output));
+    }
+    let config = file("eventual");
+    let output = icecache(&["check-config", config.0.to_str().unwrap()]);
     assert_eq!(output.status.code(), Some(64));
-    assert!(
-        stderr(&output).contains("cluster.redis_timeout"),
-        "{}",
-        stderr(&output)
-    );
+    assert!(stderr(&output).contains("cluster.consistency"));
 }

@@ -67,7 +67,7 @@ impl Redis {
         format!("redis://127.0.0.1:{}", self.port)
     }
 
-    fn connection(&self) -> redis::RedisResult<redis::Connection> {
+    pub fn connection(&self) -> redis::RedisResult<redis::Connection> {
         connect(&self.url())
     }
 

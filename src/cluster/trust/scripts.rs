@@ -24,18 +24,59 @@ pub enum ScriptError {
     Reply(String),
 }
 
-/// Reads the log, creating it in a new dataset when it is missing, and starts a new dataset
-/// when the member applied a position beyond it (Redis lost writes); lists the member under its
-/// stamp; then publishes the echo, if any, on the replica's own channel (its subscription is
-/// live while it hears them). ARGV: member, applied dataset ("" for none), applied seq, stamp,
-/// fresh dataset, echo channel ("" for none), echo.
-const HEARTBEAT: &str = r"
-local log = redis.call('HMGET', KEYS[1], 'dataset', 'seq')
-local dataset, seq = log[1], tonumber(log[2])
-if not dataset or not seq then
-  dataset, seq = ARGV[5], 0
-  redis.call('HSET', KEYS[1], 'dataset', dataset, 'seq', seq)
+/// What both the heartbeat and the invalidate script begin with: the log's position, read as
+/// icecache wrote it, or a new dataset (`fresh`) when the log is missing. When the log or the
+/// members are not what icecache writes (a wrong type, a dataset or id that is not 16 hex
+/// digits, a sequence that is not a whole number Lua counts exactly), both are dropped and a new
+/// dataset starts: a membership that cannot be read is a membership lost, as after a flush, so
+/// every replica drops what it holds and the next write waits out a whole lease. Without this a
+/// value nobody can read would stop every heartbeat and every write until someone repaired it.
+macro_rules! read_log {
+    () => {
+        r"
+local function is_id(v)
+  return type(v) == 'string' and #v == 16 and string.match(v, '^[0-9a-f]+$') ~= nil
 end
+local function read_log(fresh)
+  local log = redis.pcall('HMGET', KEYS[1], 'dataset', 'seq')
+  local members = redis.pcall('HGETALL', KEYS[2])
+  local sound = not log.err and not members.err
+  local dataset, seq
+  if sound then
+    for i = 1, #members, 2 do
+      if not (is_id(members[i]) and is_id(members[i + 1])) then sound = false end
+    end
+  end
+  if sound and (log[1] or log[2]) then
+    dataset, seq = log[1], tonumber(log[2])
+    if not (is_id(dataset) and seq and seq >= 0 and seq == math.floor(seq)
+        and seq < 4503599627370496) then
+      sound = false
+    end
+  end
+  if not sound then
+    redis.call('DEL', KEYS[1], KEYS[2])
+    dataset = nil
+  end
+  if not dataset then
+    dataset, seq = fresh, 0
+    redis.call('HSET', KEYS[1], 'dataset', dataset, 'seq', seq)
+  end
+  return dataset, seq
+end
+"
+    };
+}
+
+/// Reads the log (see `read_log!`), and starts a new dataset when the member applied a position
+/// beyond it (Redis lost writes); lists the member under its stamp; then publishes the echo, if
+/// any, on the replica's own channel (its subscription is live while it hears them). ARGV:
+/// member, applied dataset ("" for none), applied seq, stamp, fresh dataset, echo channel (""
+/// for none), echo.
+const HEARTBEAT: &str = concat!(
+    read_log!(),
+    r"
+local dataset, seq = read_log(ARGV[5])
 if ARGV[2] == dataset and tonumber(ARGV[3]) > seq then
   dataset, seq = ARGV[5], 0
   redis.call('HSET', KEYS[1], 'dataset', dataset, 'seq', seq)
@@ -43,19 +84,21 @@ end
 local known = redis.call('HSET', KEYS[2], ARGV[1], ARGV[4]) == 0
 if ARGV[6] ~= '' then redis.call('PUBLISH', ARGV[6], ARGV[7]) end
 return {dataset, seq, known and 1 or 0, redis.call('HGETALL', KEYS[2])}
-";
+"
+);
 
-/// Moves the log one on and publishes the invalidation with its position.
-/// ARGV: fresh dataset, channel, message.
-const INVALIDATE: &str = r"
-local log = redis.call('HMGET', KEYS[1], 'dataset', 'seq')
-local dataset, seq = log[1], tonumber(log[2])
-if not dataset or not seq then dataset, seq = ARGV[1], 0 end
+/// Reads the log (see `read_log!`), moves it one on and publishes the invalidation with its
+/// position. ARGV: fresh dataset, channel, message.
+const INVALIDATE: &str = concat!(
+    read_log!(),
+    r"
+local dataset, seq = read_log(ARGV[1])
 seq = seq + 1
 redis.call('HSET', KEYS[1], 'dataset', dataset, 'seq', seq)
 redis.call('PUBLISH', ARGV[2], dataset .. ' ' .. seq .. ' ' .. ARGV[3])
 return {dataset, seq, redis.call('HKEYS', KEYS[2])}
-";
+"
+);
 
 /// Forgets a member only while it is listed under that stamp in that dataset.
 /// ARGV: member, dataset, stamp.
@@ -111,6 +154,15 @@ impl LeaseScripts {
             Ok(answer) => Ok(answer?),
             Err(_) => Err(ScriptError::Timeout(self.timeout)),
         }
+    }
+
+    /// Runs a pipeline of plain commands (a write's token moves) under the same timeout.
+    pub async fn run<C: ConnectionLike + Send>(
+        &self,
+        connection: &mut C,
+        pipe: &redis::Pipeline,
+    ) -> Result<(), ScriptError> {
+        self.call(pipe.query_async::<()>(connection)).await
     }
 
     /// Renews `beat`'s lease; `echo` (a channel, a number) is published once it has.

@@ -1,7 +1,7 @@
 //! The `[cluster]` table into `ClusterSettings`.
 
 use crate::cluster::settings::{ClusterKey, ClusterSettings, RedisUrl, MIN_KEY_BYTES};
-use crate::cluster::{Consistency, OnRedisDown};
+use crate::cluster::OnRedisDown;
 use crate::config::keys::{needs, KEYS};
 use crate::config::values::Values;
 
@@ -73,15 +73,10 @@ pub(super) fn settings(p: &mut Values) -> Option<ClusterSettings> {
     let max_shared_bytes = p.size("cluster.max_shared_bytes");
     let lease = p.duration("cluster.lease");
     let barrier_interval = p.duration("cluster.barrier_interval");
-    let member_timeout = p.duration("cluster.member_timeout");
+    // Read (and held to its bounds) so that files of earlier versions start; it no longer
+    // changes anything: a replica refuses writes as soon as Redis stops answering it.
+    let _ = p.duration("cluster.member_timeout");
     let redis_timeout = p.duration("cluster.redis_timeout");
-    if redis_timeout * 4 > member_timeout {
-        p.add(
-            "cluster.redis_timeout",
-            "must be at most a quarter of cluster.member_timeout (a replica must be able to \
-             fail several commands before the others forget it)",
-        );
-    }
     let key_prefix = p.text("cluster.key_prefix").unwrap_or_default();
     // Letters, digits and `_-.` only: a glob character would widen the `~prefix:*` pattern
     // the Redis user is restricted to.
@@ -92,21 +87,19 @@ pub(super) fn settings(p: &mut Values) -> Option<ClusterSettings> {
             "must be 1 to 64 letters, digits, `_`, `-` or `.`",
         );
     }
-    let consistency = p
-        .choice::<Consistency>("cluster.consistency")
-        .unwrap_or(Consistency::ReadYourWrites);
+    // One mode is left; the earlier names still start, so that a configuration file written
+    // for an earlier version needs no change (`bounded` now keeps read-your-writes too).
+    let _ = p.choice::<String>("cluster.consistency");
     let on_redis_down = p
         .choice::<OnRedisDown>("cluster.on_redis_down")
         .unwrap_or(OnRedisDown::Revalidate);
     Some(ClusterSettings {
         redis_url: RedisUrl(url),
         key: key?,
-        consistency,
         on_redis_down,
         max_shared_bytes,
         lease,
         barrier_interval,
-        member_timeout,
         redis_timeout,
         key_prefix,
     })
