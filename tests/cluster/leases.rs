@@ -265,11 +265,14 @@ async fn the_lease_heartbeats_echoes_keep_the_subscription_without_resubscribing
     let (_catalog, redis, _tier) = tier_of(2).await;
     let subscribes = redis.calls("subscribe");
     let beats = redis.calls("evalsha");
-    // Two replicas beat three times a second each: 30 beats are five seconds, more than
-    // twice the silence after which a subscription is given up on.
-    eventually("30 lease heartbeats", || async {
-        redis.calls("evalsha") >= beats + 30
+    // Two replicas beat three times a second each: 60 beats are ten seconds, five times the
+    // silence after which a subscription is given up on. Without echoes each replica would
+    // subscribe again at least four times in them; a replica starved for a moment on a busy
+    // machine may take its subscription for deaf once, which is not what this test is about.
+    eventually("60 lease heartbeats", || async {
+        redis.calls("evalsha") >= beats + 60
     })
     .await;
-    assert_eq!(redis.calls("subscribe"), subscribes, "SUBSCRIBE calls");
+    let again = redis.calls("subscribe") - subscribes;
+    assert!(again <= 1, "{again} SUBSCRIBE calls over 60 heartbeats");
 }
