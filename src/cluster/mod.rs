@@ -13,7 +13,8 @@
 //!   it rather than asking too; a fill lease whose holder died expires.
 //! - **Never a single point of failure.** A failed command makes the replica degraded
 //!   (`health`); loads then ask the catalog (`revalidate`) or use local freshness (`local`),
-//!   and writes still succeed, answered as of unknown outcome when the others cannot be told.
+//!   and writes are refused before the catalog (the others could not be told of them), or
+//!   answered as of unknown outcome when Redis went away while the catalog made them.
 
 mod announce;
 mod barrier;
