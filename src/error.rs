@@ -104,9 +104,8 @@ impl ProxyError {
     /// The `Retry-After` the client gets, when the catalog asked for patience.
     fn retry_after(&self) -> Option<&HeaderValue> {
         match self {
-            ProxyError::Replay(ReplayRefused::InFlight | ReplayRefused::Store(_)) => {
-                Some(&ONE_SECOND)
-            }
+            ProxyError::Replay(ReplayRefused::InFlight | ReplayRefused::Store(_))
+            | ProxyError::OutOfTouch => Some(&ONE_SECOND),
             ProxyError::Origin(e) => e.retry_after(),
             ProxyError::Cache(Failure {
                 error: CacheError::Origin(e),

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use crate::gate::Gate;
 use crate::replica::{commit, never_a_success, seen_eventually, standin, try_commit, version_at};
-use crate::support::cluster::{load, Redis, Tier};
+use crate::support::cluster::{load, Redis, Tier, TABLE};
 use crate::support::standin::{Shape, StandIn};
 use crate::support::{eventually, metric, x_cache};
 use serde_json::Value;
@@ -50,7 +50,10 @@ async fn a_replica_cut_off_from_redis_alone_refuses_writes_before_the_catalog_an
     gate.freeze();
     eventually("A noticing it cannot reach Redis", || degraded(&tier, 0)).await;
     let before = catalog.version("t");
-    for trial in 0..3 {
+    let refused = crate::support::empty_commit(&format!("{}{TABLE}", tier.url(0)), "alice").await;
+    assert_eq!(refused.status(), 503);
+    assert_eq!(refused.headers()["retry-after"], "1");
+    for trial in 0..2 {
         let answer = try_commit(tier.url(0)).await;
         assert_eq!(
             answer,
