@@ -1,7 +1,7 @@
 //! The lease model's three scripts on a real redis-server do what the simulation's fake Redis
 //! does (`src/cluster/trust/sim`): a log created in a dataset of the replica's choosing, a new
 //! dataset when Redis lost writes or was flushed, members listed under random stamps, and
-//! forgetting only at the stamp seen.
+//! forgetting only at the stamp seen, and a membership that lost members counted as lost.
 
 use std::time::Duration;
 
@@ -13,6 +13,10 @@ use crate::support::cluster::Redis;
 
 const ME: u64 = 0xa1;
 const PEER: u64 = 0xb2;
+const LOG: &str = "icecache:lease-log";
+const MEMBERS: &str = "icecache:lease-members";
+/// The dataset `Setup::invalidate` offers.
+const OFFERED: u64 = 0xd9;
 
 struct Setup {
     redis: Redis,
@@ -60,9 +64,14 @@ impl Setup {
     async fn invalidate(&mut self, message: &[u8]) -> (Position, Vec<u64>) {
         let connection = &mut self.connection;
         self.scripts
-            .invalidate(connection, message, 0xd9)
+            .invalidate(connection, message, OFFERED)
             .await
             .unwrap()
+    }
+
+    async fn leave(&mut self, member: u64) {
+        let connection = &mut self.connection;
+        self.scripts.leave(connection, member).await.unwrap()
     }
 
     async fn forget(&mut self, member: u64, dataset: u64, stamp: u64) -> bool {
@@ -226,4 +235,92 @@ async fn a_heartbeat_with_an_echo_publishes_it_on_the_replicas_channel_once_rene
         .unwrap();
     let message = subscriber.on_message().next().await.unwrap();
     assert_eq!(message.get_payload::<String>().unwrap(), "8");
+}
+
+/// Two members listed in dataset 0xd1, as two replicas' first heartbeats leave them.
+async fn two_members(s: &mut Setup) {
+    s.redis.flushall();
+    s.beat(ME, None, 1, 0xd1).await;
+    s.beat(PEER, None, 2, 0xd2).await;
+}
+
+#[tokio::test]
+async fn members_taken_by_anything_but_icecache_start_a_new_dataset() {
+    // A write that found fewer members than were listed would wait for nobody while a lease
+    // it cannot see is still held; a new dataset makes it wait out a whole lease instead.
+    let mut s = setup().await;
+    let peer = format!("{PEER:016x}");
+    let me = format!("{ME:016x}");
+    let damages: [&[&str]; 3] = [
+        &["DEL", MEMBERS],
+        &["HDEL", MEMBERS, &peer],
+        &["HDEL", MEMBERS, &peer, &me],
+    ];
+    for damage in damages {
+        two_members(&mut s).await;
+        s.redis.command(damage);
+        let (position, members) = s.invalidate(b"x").await;
+        assert_eq!(position.dataset, OFFERED, "{damage:?}");
+        assert_eq!(position.seq, 1, "{damage:?}");
+        assert!(members.is_empty(), "{damage:?}: {members:?}");
+    }
+    // The heartbeat reads the log the same way.
+    two_members(&mut s).await;
+    s.redis.command(&["HDEL", MEMBERS, &peer]);
+    let reply = s.beat(ME, None, 3, 0xe1).await;
+    assert_eq!(reply.position.dataset, 0xe1);
+    assert!(!reply.known, "a new dataset lists nobody before");
+}
+
+#[tokio::test]
+async fn members_forgotten_or_leaving_keep_the_dataset() {
+    let mut s = setup().await;
+    two_members(&mut s).await;
+    assert!(s.forget(PEER, 0xd1, 2).await);
+    let (position, members) = s.invalidate(b"x").await;
+    assert_eq!((position.dataset, members), (0xd1, vec![ME]));
+    s.leave(ME).await;
+    let (position, members) = s.invalidate(b"y").await;
+    assert_eq!((position.dataset, position.seq), (0xd1, 2));
+    assert!(members.is_empty());
+    // Leaving twice, or a member never listed, takes nothing off the count.
+    s.leave(ME).await;
+    s.leave(PEER).await;
+    let reply = s.beat(ME, Some(position), 3, 0xe1).await;
+    assert_eq!(reply.position.dataset, 0xd1);
+    let mut connection = s.redis.connection().unwrap();
+    let listed: Option<u64> = redis::cmd("HGET")
+        .arg(LOG)
+        .arg("listed")
+        .query(&mut connection)
+        .unwrap();
+    assert_eq!(listed, Some(1), "ME listed again, and nobody else");
+}
+
+#[tokio::test]
+async fn a_member_listed_without_counting_raises_the_count_and_is_then_held_to_it() {
+    let mut s = setup().await;
+    s.beat(ME, None, 1, 0xd1).await;
+    // As an earlier version lists itself: into the members, not the count.
+    let earlier = format!("{PEER:016x}");
+    s.redis
+        .command(&["HSET", MEMBERS, &earlier, "0000000000000005"]);
+    let (position, mut members) = s.invalidate(b"x").await;
+    members.sort_unstable();
+    assert_eq!((position.dataset, members), (0xd1, vec![ME, PEER]));
+    s.redis.command(&["DEL", MEMBERS]);
+    let (position, _) = s.invalidate(b"y").await;
+    assert_eq!(position.dataset, OFFERED, "both members were counted");
+}
+
+#[tokio::test]
+async fn a_log_without_a_count_starts_a_new_dataset_once() {
+    // As an earlier version left it: nothing vouches that its members are all the leases.
+    let mut s = setup().await;
+    s.beat(ME, None, 1, 0xd1).await;
+    s.redis.command(&["HDEL", LOG, "listed"]);
+    let (first, _) = s.invalidate(b"x").await;
+    assert_eq!((first.dataset, first.seq), (OFFERED, 1));
+    let (second, _) = s.invalidate(b"y").await;
+    assert_eq!((second.dataset, second.seq), (OFFERED, 2));
 }

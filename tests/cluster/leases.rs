@@ -223,6 +223,34 @@ async fn a_replica_whose_subscription_went_quiet_serves_no_write_it_missed() {
 }
 
 #[tokio::test]
+async fn a_replica_deaf_while_the_members_are_deleted_serves_no_write_it_missed() {
+    // Deleted, evicted or trimmed by anything but icecache: the write cannot know replica 1
+    // holds a lease, so it waits one out rather than answering after nobody.
+    let damages: [&[&str]; 2] = [
+        &["DEL", "icecache:lease:members"],
+        &["EVAL", "for _, m in ipairs(redis.call('HKEYS', KEYS[1])) do redis.call('HDEL', KEYS[1], m) end", "1", "icecache:lease:members"],
+    ];
+    for damage in damages {
+        let (_catalog, redis, gate, tier) = gated_tier().await;
+        // Until replica 0 has known the dataset for a lease, its writes wait one out anyway.
+        eventually("a write that ends on acknowledgements", || async {
+            commit(tier.url(0)).await;
+            let metrics = tier.replicas[0].metrics().await;
+            metric(
+                &metrics,
+                "icecache_cluster_write_waits_total{ended=\"acknowledged\"}",
+            ) > 0.0
+        })
+        .await;
+        until_hit(tier.url(1)).await;
+        gate.freeze_subscribers();
+        redis.command(damage);
+        let committed = commit(tier.url(0)).await;
+        never_older(&tier, committed).await;
+    }
+}
+
+#[tokio::test]
 async fn with_redis_gone_no_write_is_a_success_and_loads_ask_the_catalog() {
     let (catalog, mut redis, tier) = tier_of(2).await;
     until_hit(tier.url(1)).await;

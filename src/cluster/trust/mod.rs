@@ -15,6 +15,10 @@
 //! - **forget** (`member`, `dataset`, `stamp`): removes a member only when it is still listed
 //!   under that stamp in that dataset. Stamps are random, never counts: a member forgotten and
 //!   listed again must not match a stamp seen before it was forgotten.
+//! - Both the heartbeat and the invalidation find the members complete or start a new dataset:
+//!   the log counts the members listed and not forgotten, and a member list shorter than that
+//!   (deleted, evicted, trimmed by anything but these scripts) is a membership lost, as after a
+//!   flush. Without this a write would wait for nobody while a live lease went unlisted.
 //!
 //! Invariants (the tests that hold them in brackets; `sim` is `sim::schedules_never_read_stale`):
 //! 1. A replica serves from memory only while its lease holds: the last renewal it accepted
@@ -33,7 +37,8 @@
 //!    writer's clock since that position was answered; when the writer has known the dataset
 //!    for less than that, the members listed may not be all the leases alive (a flush), and it
 //!    waits it out [`a_write_answers_when_every_member_acknowledged`,
-//!    `a_silent_member_costs_one_lease`, `a_young_dataset_waits_out_the_lease`, sim].
+//!    `a_silent_member_costs_one_lease`, `a_young_dataset_waits_out_the_lease`, sim (seed 117:
+//!    the members hash lost while a replica was deaf)].
 //! 4. A member is forgotten only after its stamp was seen unchanged for `lease + margin` on
 //!    the forgetter's clock, and only if it is still listed under that stamp in that dataset; a
 //!    member forgotten that renews again is unlisted, so invariant 2 drops what it holds

@@ -27,18 +27,28 @@ pub enum ScriptError {
 /// What both the heartbeat and the invalidate script begin with: the log's position, read as
 /// icecache wrote it, or a new dataset (`fresh`) when the log is missing. When the log or the
 /// members are not what icecache writes (a wrong type, a dataset or id that is not 16 hex
-/// digits, a sequence that is not a whole number Lua counts exactly), both are dropped and a new
+/// digits, a number that is not a whole number Lua counts exactly), both are dropped and a new
 /// dataset starts: a membership that cannot be read is a membership lost, as after a flush, so
 /// every replica drops what it holds and the next write waits out a whole lease. Without this a
 /// value nobody can read would stop every heartbeat and every write until someone repaired it.
+///
+/// The log also counts the members the scripts listed and did not forget (`listed`). Fewer
+/// members than counted means some were taken by something other than icecache (the hash
+/// deleted, evicted or trimmed): a write would wait for nobody while a live lease went
+/// unlisted, so that too is a membership lost. More than counted (a member listed by an
+/// earlier version that does not count) only raises the count. A log without a count (written
+/// by an earlier version) cannot vouch for its members and starts a new dataset once.
 macro_rules! read_log {
     () => {
         r"
 local function is_id(v)
   return type(v) == 'string' and #v == 16 and string.match(v, '^[0-9a-f]+$') ~= nil
 end
+local function is_count(n)
+  return n ~= nil and n >= 0 and n == math.floor(n) and n < 4503599627370496
+end
 local function read_log(fresh)
-  local log = redis.pcall('HMGET', KEYS[1], 'dataset', 'seq')
+  local log = redis.pcall('HMGET', KEYS[1], 'dataset', 'seq', 'listed')
   local members = redis.pcall('HGETALL', KEYS[2])
   local sound = not log.err and not members.err
   local dataset, seq
@@ -47,22 +57,42 @@ local function read_log(fresh)
       if not (is_id(members[i]) and is_id(members[i + 1])) then sound = false end
     end
   end
-  if sound and (log[1] or log[2]) then
+  local present = #members / 2
+  if sound and (log[1] or log[2] or log[3]) then
     dataset, seq = log[1], tonumber(log[2])
-    if not (is_id(dataset) and seq and seq >= 0 and seq == math.floor(seq)
-        and seq < 4503599627370496) then
+    local listed = tonumber(log[3])
+    if not (is_id(dataset) and is_count(seq) and is_count(listed) and present >= listed) then
       sound = false
+    elseif present > listed then
+      redis.call('HSET', KEYS[1], 'listed', present)
     end
   end
   if not sound then
     redis.call('DEL', KEYS[1], KEYS[2])
-    dataset = nil
+    dataset, present = nil, 0
   end
   if not dataset then
     dataset, seq = fresh, 0
-    redis.call('HSET', KEYS[1], 'dataset', dataset, 'seq', seq)
+    redis.call('HSET', KEYS[1], 'dataset', dataset, 'seq', seq, 'listed', present)
   end
   return dataset, seq
+end
+"
+    };
+}
+
+/// Takes one member out of the members and the count (the log's count never goes below
+/// zero, nor appears where there is no log).
+macro_rules! unlist {
+    () => {
+        r"
+local function unlist(member)
+  local gone = redis.call('HDEL', KEYS[2], member)
+  local listed = tonumber(redis.call('HGET', KEYS[1], 'listed'))
+  if gone == 1 and listed and listed > 0 then
+    redis.call('HSET', KEYS[1], 'listed', listed - 1)
+  end
+  return gone
 end
 "
     };
@@ -82,6 +112,7 @@ if ARGV[2] == dataset and tonumber(ARGV[3]) > seq then
   redis.call('HSET', KEYS[1], 'dataset', dataset, 'seq', seq)
 end
 local known = redis.call('HSET', KEYS[2], ARGV[1], ARGV[4]) == 0
+if not known then redis.call('HINCRBY', KEYS[1], 'listed', 1) end
 if ARGV[6] ~= '' then redis.call('PUBLISH', ARGV[6], ARGV[7]) end
 return {dataset, seq, known and 1 or 0, redis.call('HGETALL', KEYS[2])}
 "
@@ -102,13 +133,19 @@ return {dataset, seq, redis.call('HKEYS', KEYS[2])}
 
 /// Forgets a member only while it is listed under that stamp in that dataset.
 /// ARGV: member, dataset, stamp.
-const FORGET: &str = r"
+const FORGET: &str = concat!(
+    unlist!(),
+    r"
 if redis.call('HGET', KEYS[1], 'dataset') == ARGV[2]
   and redis.call('HGET', KEYS[2], ARGV[1]) == ARGV[3] then
-  return redis.call('HDEL', KEYS[2], ARGV[1])
+  return unlist(ARGV[1])
 end
 return 0
-";
+"
+);
+
+/// Takes a member out (a clean shutdown). ARGV: member.
+const LEAVE: &str = concat!(unlist!(), "return unlist(ARGV[1])\n");
 
 /// Where the scripts keep the log and the members, and where invalidations are published.
 #[derive(Debug, Clone)]
@@ -124,6 +161,7 @@ pub struct LeaseScripts {
     heartbeat: Script,
     invalidate: Script,
     forget: Script,
+    leave: Script,
 }
 
 fn hex(n: u64) -> String {
@@ -142,6 +180,7 @@ impl LeaseScripts {
             heartbeat: Script::new(HEARTBEAT),
             invalidate: Script::new(INVALIDATE),
             forget: Script::new(FORGET),
+            leave: Script::new(LEAVE),
         }
     }
 
@@ -268,9 +307,10 @@ impl LeaseScripts {
         connection: &mut C,
         member: MemberId,
     ) -> Result<(), ScriptError> {
-        let mut gone = redis::cmd("HDEL");
-        gone.arg(&self.keys.members).arg(hex(member));
-        self.call(gone.query_async::<i64>(connection)).await?;
+        let mut invocation = self.leave.key(&self.keys.log);
+        invocation.key(&self.keys.members).arg(hex(member));
+        self.call(invocation.invoke_async::<i64>(connection))
+            .await?;
         Ok(())
     }
 }

@@ -95,6 +95,10 @@ pub(super) enum Ev {
     Crash,
     Start,
     Flush,
+    /// The members hash loses members (deleted, evicted, trimmed) while the log stays.
+    MembersLost {
+        all: bool,
+    },
     Failover {
         back_us: u64,
     },
