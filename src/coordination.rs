@@ -6,8 +6,11 @@
 /// epoch's, its namespaces' and its own: random values, replaced by every write that touches
 /// them) with the lease log's dataset, which a shared entry must match; in a replica's memory,
 /// its lease's generation, which a held entry must match.
+///
+/// Two values are kept inline: a lease's tokens (a mark and the generation), read on every hit,
+/// are never allocated.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Tokens(pub Vec<u64>);
+pub struct Tokens(pub smallvec::SmallVec<[u64; 2]>);
 
 /// How the other replicas learn of a write this replica answered.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -219,7 +219,7 @@ fn shared_of(entry: &Entry, tokens: &Tokens) -> SharedEntry {
         servable_until_ms: entry
             .servable_until
             .map(|until| wall + millis(until.saturating_duration_since(now))),
-        tokens: tokens.0.clone(),
+        tokens: tokens.0.to_vec(),
     }
 }
 

@@ -8,7 +8,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use arc_swap::ArcSwap;
 use redis::aio::ConnectionManager;
+use smallvec::smallvec;
 use tokio::sync::{oneshot, Notify};
 use tokio::time::Instant;
 
@@ -18,7 +20,8 @@ use super::names::Names;
 use super::redis_parts::random_token;
 use super::trust::scripts::{read_invalidation, LeaseScripts, ScriptError};
 use super::trust::{
-    Apply, MemberId, Position, Renewal, Rules, Trust, Verdict, WriteWait, DEFAULT_LEASE,
+    Apply, MemberId, Position, Renewal, Rules, ServeView, Trust, Verdict, WriteWait,
+    DEFAULT_LEASE,
 };
 use crate::catalog::writes::Touched;
 use crate::clock::now_ms;
@@ -55,6 +58,9 @@ enum Slot {
 
 pub struct Leases {
     trust: Mutex<Trust>,
+    /// `trust`'s view for lookups, stored under its lock after every change: a hit reads it
+    /// without the lock, which every worker would otherwise take on every request.
+    view: ArcSwap<ServeView>,
     /// The lease heartbeat is the tier's only one: it says whether Redis answers.
     health: Arc<Health>,
     /// This replica's own channel, where every other heartbeat is echoed.
@@ -79,6 +85,7 @@ impl Leases {
     ) -> Leases {
         Leases {
             trust: Mutex::new(Trust::new(Rules::new(DEFAULT_LEASE), random_token())),
+            view: ArcSwap::from_pointee(ServeView::NO_LEASE),
             health,
             beat_channel: names.beat_channel(replica),
             lease_channel: names.lease_keys().channel,
@@ -98,10 +105,16 @@ impl Leases {
     /// What an entry must have been filled under to be served now: None while the lease does
     /// not hold (the lookup asks the catalog).
     pub fn tokens(&self) -> Option<Tokens> {
-        let trust = self.trust.lock().ok()?;
-        let generation = trust.generation();
-        (trust.may_serve(Instant::now(), generation) == Verdict::Serve)
-            .then(|| Tokens(vec![LEASE_MARK, generation]))
+        let view = **self.view.load();
+        let generation = view.generation();
+        (view.may_serve(Instant::now(), generation) == Verdict::Serve)
+            .then(|| Tokens(smallvec![LEASE_MARK, generation]))
+    }
+
+    /// Copies `trust`'s view out for lookups (called under its lock, so views are stored in
+    /// the order the changes were made).
+    fn show(&self, trust: &Trust) {
+        self.view.store(Arc::new(trust.view()));
     }
 
     /// The dataset of the invalidation log this replica has applied (None before its first
@@ -152,6 +165,7 @@ impl Leases {
                 if trust.answered(sent, now, &reply) == Renewal::Reset {
                     self.metrics.lease_reset();
                 }
+                self.show(&trust);
                 (
                     trust.expired_peers(now),
                     trust.dataset().unwrap_or_default(),
@@ -179,7 +193,11 @@ impl Leases {
             return (Touched::Everything, None);
         };
         let apply = match self.trust.lock() {
-            Ok(mut trust) => trust.invalidation(Instant::now(), position),
+            Ok(mut trust) => {
+                let apply = trust.invalidation(Instant::now(), position);
+                self.show(&trust);
+                apply
+            }
             Err(_) => Apply::Everything,
         };
         if apply == Apply::Everything {

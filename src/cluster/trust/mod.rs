@@ -178,6 +178,38 @@ impl Distrust {
     }
 }
 
+/// The part of [`Trust`] a lookup reads: until when the lease holds, and the generation held
+/// entries must have been filled in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ServeView {
+    lease_until: Option<Instant>,
+    generation: u64,
+}
+
+impl ServeView {
+    /// Nothing is served before the first renewal.
+    pub const NO_LEASE: ServeView = ServeView {
+        lease_until: None,
+        generation: 0,
+    };
+
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// Whether an entry filled in `generation` may be served at `now`.
+    pub fn may_serve(&self, now: Instant, generation: u64) -> Verdict {
+        match self.lease_until {
+            Some(until) if now < until => {}
+            _ => return Verdict::AskCatalog(Distrust::NoLease),
+        }
+        if generation != self.generation {
+            return Verdict::AskCatalog(Distrust::OlderGeneration);
+        }
+        Verdict::Serve
+    }
+}
+
 /// A renewal answered while invalidations before it were still on their way.
 #[derive(Debug, Clone, Copy)]
 struct Pending {
@@ -303,14 +335,16 @@ impl Trust {
     /// Whether an entry filled in `generation` may be served at `now` (after the request was
     /// read, so that a replica paused meanwhile judges by the time it woke at).
     pub fn may_serve(&self, now: Instant, generation: u64) -> Verdict {
-        match self.lease_until {
-            Some(until) if now < until => {}
-            _ => return Verdict::AskCatalog(Distrust::NoLease),
+        self.view().may_serve(now, generation)
+    }
+
+    /// What a lookup needs to judge by [`ServeView::may_serve`], as of now: the caller copies
+    /// it out after every change, so that a hit reads it without taking a lock.
+    pub fn view(&self) -> ServeView {
+        ServeView {
+            lease_until: self.lease_until,
+            generation: self.generation,
         }
-        if generation != self.generation {
-            return Verdict::AskCatalog(Distrust::OlderGeneration);
-        }
-        Verdict::Serve
     }
 
     /// The members whose stamp has not moved for a whole lease: they hold no lease any more
