@@ -20,8 +20,7 @@ use super::names::Names;
 use super::redis_parts::random_token;
 use super::trust::scripts::{read_invalidation, LeaseScripts, ScriptError};
 use super::trust::{
-    Apply, MemberId, Position, Renewal, Rules, ServeView, Trust, Verdict, WriteWait,
-    DEFAULT_LEASE,
+    Apply, MemberId, Position, Renewal, Rules, ServeView, Trust, Verdict, WriteWait, DEFAULT_LEASE,
 };
 use crate::catalog::writes::Touched;
 use crate::clock::now_ms;
