@@ -46,8 +46,6 @@ pub struct Activity {
     /// Whether a request head has begun arriving (HTTP/1.1), and since when.
     head_started: AtomicBool,
     head_ms: AtomicU64,
-    /// Told when a head begins, so that its deadline is watched from then.
-    pub head_began: tokio::sync::Notify,
 }
 
 impl Activity {
@@ -60,7 +58,6 @@ impl Activity {
             waiting_ms: AtomicU64::new(0),
             head_started: AtomicBool::new(false),
             head_ms: AtomicU64::new(0),
-            head_began: tokio::sync::Notify::new(),
         })
     }
 
@@ -99,13 +96,14 @@ impl Activity {
     }
 
     /// Bytes were read: with no request in flight, they begin the next request's head.
-    fn read(&self) {
-        self.touch();
+    pub(super) fn read(&self) {
+        // One reading of the clock for both marks: a hit reads the clock few enough times.
+        let now = self.now_ms();
+        self.last_ms.store(now, Ordering::Relaxed);
         if self.in_flight.load(Ordering::Acquire) == 0
             && !self.head_started.swap(true, Ordering::AcqRel)
         {
-            self.head_ms.store(self.now_ms(), Ordering::Relaxed);
-            self.head_began.notify_one();
+            self.head_ms.store(now, Ordering::Relaxed);
         }
     }
 

@@ -232,6 +232,11 @@ where
 /// Drives a connection to its end, asking it to close gracefully once it has been idle for
 /// `idle_timeout` or when the listener stops, and cutting it when a request head takes longer
 /// than `header_read_timeout` from its first byte (HTTP/1.1).
+///
+/// Nothing on a request's path wakes this watch: it sleeps until the earliest deadline it knows
+/// of, and never longer than `header_read_timeout`, so a head that began while it slept is
+/// seen before that head's own deadline (it began after the sleep did) and its deadline is then
+/// slept to exactly. A busy connection costs one timer wake per `header_read_timeout`.
 async fn watch_connection<C>(
     mut connection: Pin<&mut C>,
     limits: &Limits,
@@ -244,31 +249,20 @@ where
 {
     let mut closing = false;
     let idle = limits.idle_timeout;
+    let head_read = limits.header_read_timeout;
+    let sleep = tokio::time::sleep_until(next_wake(activity, limits, closing, Instant::now()));
+    tokio::pin!(sleep);
     loop {
-        let now = Instant::now();
-        // Closing waits for nothing but a stall: the connection ends on its own otherwise.
-        let idle_at = match closing {
-            false => activity.idle_at(idle).unwrap_or(now + idle),
-            true => now + idle,
-        };
-        let head_due = activity
-            .head_since()
-            .map(|since| since + limits.header_read_timeout);
-        let wake = activity
-            .stalled_since()
-            .map_or(idle_at, |since| idle_at.min(since + idle));
-        let wake = head_due.map_or(wake, |due| wake.min(due));
         tokio::select! {
+            // The connection first: it is what a wake is almost always for.
+            biased;
             result = connection.as_mut() => return result,
-            // A head began: its deadline is now part of the wake.
-            () = activity.head_began.notified() => {}
             () = stopped(shutdown), if !closing => {
                 closing = true;
                 close(connection.as_mut());
             }
-            () = tokio::time::sleep_until(wake) => {
+            () = sleep.as_mut() => {
                 let now = Instant::now();
-                let head_read = limits.header_read_timeout;
                 if activity.head_since().is_some_and(|since| since + head_read <= now) {
                     // A request head still not whole: a slow client holds nothing for long.
                     tracing::debug!(?head_read, "a request head took too long; connection cut");
@@ -286,12 +280,87 @@ where
                 }
             }
         }
+        let now = Instant::now();
+        sleep
+            .as_mut()
+            .reset(next_wake(activity, limits, closing, now));
     }
+}
+
+/// When the watch of a connection next looks at it: the earliest of its idle, stall and head
+/// deadlines, and at most `header_read_timeout` from `now` (see `watch_connection`).
+fn next_wake(activity: &Activity, limits: &Limits, closing: bool, now: Instant) -> Instant {
+    let idle = limits.idle_timeout;
+    // Closing waits for nothing but a stall: the connection ends on its own otherwise.
+    let idle_at = match closing {
+        false => activity.idle_at(idle).unwrap_or(now + idle),
+        true => now + idle,
+    };
+    let mut wake = idle_at.min(now + limits.header_read_timeout);
+    if let Some(since) = activity.stalled_since() {
+        wake = wake.min(since + idle);
+    }
+    if let Some(since) = activity.head_since() {
+        wake = wake.min(since + limits.header_read_timeout);
+    }
+    wake
 }
 
 async fn stopped(shutdown: &mut watch::Receiver<bool>) {
     // A dropped sender means nobody can ask for a stop any more: keep serving.
     if shutdown.wait_for(|stop| *stop).await.is_err() {
         std::future::pending::<()>().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limits() -> Limits {
+        Limits {
+            max_header_bytes: 16 * 1024,
+            header_read_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(60),
+            max_connections: 1,
+            shutdown_grace: Duration::from_secs(1),
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_quiet_connection_is_looked_at_no_later_than_a_head_could_be_due() {
+        let activity = Activity::new();
+        let now = Instant::now();
+        assert_eq!(
+            next_wake(&activity, &limits(), false, now),
+            now + limits().header_read_timeout
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_head_begun_while_the_watch_slept_is_woken_for_at_its_own_deadline() {
+        let activity = Activity::new();
+        let slept_at = Instant::now();
+        let first = next_wake(&activity, &limits(), false, slept_at);
+        tokio::time::advance(Duration::from_secs(3)).await;
+        activity.read();
+        let begun = Instant::now();
+        let due = begun + limits().header_read_timeout;
+        // The sleep set before the head began ends before the head is due...
+        assert!(first <= due);
+        // ...and the one set then ends exactly when it is due.
+        assert_eq!(next_wake(&activity, &limits(), false, first), due);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_closing_connection_waits_no_longer_than_the_idle_timeout() {
+        let activity = Activity::new();
+        let mut limits = limits();
+        limits.header_read_timeout = Duration::from_secs(600);
+        let now = Instant::now();
+        assert_eq!(
+            next_wake(&activity, &limits, true, now),
+            now + limits.idle_timeout
+        );
     }
 }
