@@ -21,6 +21,7 @@ mod entry;
 mod exists;
 mod fill;
 mod filler;
+mod heads;
 pub mod invalidate;
 mod key;
 pub mod phase;

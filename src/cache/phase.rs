@@ -2,6 +2,8 @@
 //! `x-cache` and `Cache-Status` headers, the metrics labels and the log fields all come from
 //! these enums.
 
+use http::HeaderValue;
+
 use crate::catalog::route::Operation;
 use crate::telemetry::Label;
 
@@ -35,6 +37,36 @@ impl CachePhase {
             CachePhase::Stale => "STALE",
             CachePhase::Coalesced => "COALESCED",
             CachePhase::Bypass => "BYPASS",
+        }
+    }
+
+    /// The `x-cache` value, built at compile time (a value from a `&str` checks each byte).
+    pub fn x_cache_value(self) -> HeaderValue {
+        match self {
+            CachePhase::Hit => const { HeaderValue::from_static("HIT") },
+            CachePhase::Miss => const { HeaderValue::from_static("MISS") },
+            CachePhase::Shared => const { HeaderValue::from_static("SHARED") },
+            CachePhase::Revalidated => const { HeaderValue::from_static("REVALIDATED") },
+            CachePhase::Stale => const { HeaderValue::from_static("STALE") },
+            CachePhase::Coalesced => const { HeaderValue::from_static("COALESCED") },
+            CachePhase::Bypass => const { HeaderValue::from_static("BYPASS") },
+        }
+    }
+
+    /// The `Cache-Status` value, built at compile time.
+    pub fn cache_status_value(self) -> HeaderValue {
+        match self {
+            CachePhase::Hit => const { HeaderValue::from_static("icecache; hit") },
+            CachePhase::Shared => {
+                const { HeaderValue::from_static("icecache; hit; detail=shared") }
+            }
+            CachePhase::Stale => const { HeaderValue::from_static("icecache; hit; detail=stale") },
+            CachePhase::Miss => const { HeaderValue::from_static("icecache; fwd=uri-miss") },
+            CachePhase::Revalidated => const { HeaderValue::from_static("icecache; fwd=stale") },
+            CachePhase::Coalesced => {
+                const { HeaderValue::from_static("icecache; fwd=uri-miss; collapsed") }
+            }
+            CachePhase::Bypass => const { HeaderValue::from_static("icecache; fwd=bypass") },
         }
     }
 

@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Extensions, Response, StatusCode};
+use smallvec::SmallVec;
 use tokio::time::Instant;
 
 use super::entry::Entry;
@@ -26,7 +27,7 @@ pub struct Caller {
     /// The caller's own identity scope (the key's scope may be shared).
     pub scope: Scope,
     pub policy: Arc<Policy>,
-    pub if_none_match: Vec<HeaderValue>,
+    pub if_none_match: SmallVec<[HeaderValue; 1]>,
     /// Whether the caller's `Accept-Encoding` takes gzip.
     pub accepts_gzip: bool,
 }
@@ -37,11 +38,8 @@ pub static CACHE_STATUS: HeaderName = HeaderName::from_static("cache-status");
 
 /// Marks an answer with how it was produced, in both spellings.
 fn mark_phase(headers: &mut HeaderMap, phase: CachePhase) {
-    headers.insert(X_CACHE.clone(), HeaderValue::from_static(phase.as_str()));
-    headers.insert(
-        CACHE_STATUS.clone(),
-        HeaderValue::from_static(phase.cache_status()),
-    );
+    headers.insert(X_CACHE.clone(), phase.x_cache_value());
+    headers.insert(CACHE_STATUS.clone(), phase.cache_status_value());
 }
 
 /// Headers a 304 repeats from the 200 it stands for (RFC 9110 §15.4.5).
@@ -50,6 +48,20 @@ static KEPT_ON_304: [HeaderName; 3] = [
     header::VARY,
     header::CONTENT_LOCATION,
 ];
+
+/// The head of a 304 from an entry's `headers`, for the representation tagged `etag`, marked
+/// as a hit (room left for `Age`).
+fn not_modified_head(headers: &HeaderMap, etag: &HeaderValue) -> HeaderMap {
+    let mut head = HeaderMap::with_capacity(KEPT_ON_304.len() + 4);
+    for name in &KEPT_ON_304 {
+        for value in headers.get_all(name) {
+            head.append(name.clone(), value.clone());
+        }
+    }
+    head.insert(header::ETAG, etag.clone());
+    mark_phase(&mut head, CachePhase::Hit);
+    head
+}
 
 /// The answer to `caller` from `entry`. Never a 304 without `If-None-Match`, nor one that would
 /// confirm credentials past their window.
@@ -69,20 +81,18 @@ pub fn from_entry(
     let selected = gzip.map_or(&content.etag, |g| &g.etag);
     let names_this_version =
         !caller.if_none_match.is_empty() && if_none_match_matches(&caller.if_none_match, selected);
-    let mut response = if names_this_version && entry.credentials_servable(now) {
+    if names_this_version && entry.credentials_servable(now) {
         counted.0.not_modified();
+        let head = content.not_modified.get(gzip.is_some(), || {
+            not_modified_head(&content.headers, selected)
+        });
         let mut r = Response::new(empty());
         *r.status_mut() = StatusCode::NOT_MODIFIED;
-        // Room for what follows: the kept headers, ETag, x-cache and Age.
-        *r.headers_mut() = HeaderMap::with_capacity(8);
-        for name in &KEPT_ON_304 {
-            for value in content.headers.get_all(name) {
-                r.headers_mut().append(name.clone(), value.clone());
-            }
-        }
-        r.headers_mut().insert(header::ETAG, selected.clone());
-        r
-    } else if let Some(gzip) = gzip {
+        *r.headers_mut() = head.clone();
+        finish(&mut r, entry, phase, now, case, phase != CachePhase::Hit);
+        return r;
+    }
+    let mut response = if let Some(gzip) = gzip {
         let mut r = Response::new(full(gzip.body.clone()));
         let headers = r.headers_mut();
         *headers = content.headers.clone();
@@ -105,11 +115,26 @@ pub fn from_entry(
         headers.insert(header::CONTENT_LENGTH, HeaderValue::from(content.length));
         r
     };
+    finish(&mut response, entry, phase, now, case, true);
+    response
+}
+
+/// What every answer from an entry carries beyond its head: its marks (unless the head has
+/// them already), its `Age` and the case map that spells `ETag`.
+fn finish(
+    response: &mut Response<Body>,
+    entry: &Entry,
+    phase: CachePhase,
+    now: Instant,
+    case: &Extensions,
+    marks: bool,
+) {
     let headers = response.headers_mut();
-    mark_phase(headers, phase);
+    if marks {
+        mark_phase(headers, phase);
+    }
     headers.insert(header::AGE, seconds_value(entry.age(now).as_secs()));
     *response.extensions_mut() = case.clone();
-    response
 }
 
 /// The answer to `caller` from an answer the cache did not keep. `Set-Cookie` goes only to the

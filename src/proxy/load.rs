@@ -4,6 +4,7 @@
 //! `passthrough`.
 
 use http::header::{self, HeaderValue};
+use smallvec::SmallVec;
 
 use super::exchange::{answer_shape, outgoing, Answer, Exchange};
 use super::relay;
@@ -81,7 +82,7 @@ pub(super) fn caller_and_key(
             .values(&header::IF_NONE_MATCH)
             .iter()
             .cloned()
-            .collect::<Vec<HeaderValue>>(),
+            .collect::<SmallVec<[HeaderValue; 1]>>(),
         // The client's own Accept-Encoding: the catalog may have been asked for identity.
         accepts_gzip: accepts_gzip(sent.client_headers()),
     };

@@ -5,7 +5,7 @@
 use std::io::Read;
 
 use bytes::Bytes;
-use http::header::{HeaderMap, ACCEPT_ENCODING, CONTENT_ENCODING};
+use http::header::{HeaderMap, HeaderValue, ACCEPT_ENCODING, CONTENT_ENCODING};
 use thiserror::Error;
 
 #[derive(Debug, Error)]
@@ -71,6 +71,15 @@ fn read_limited(reader: impl Read, limit: usize, coding: &str) -> Result<Bytes, 
 /// Whether `Accept-Encoding` takes gzip: gzip listed with q > 0, or not listed and `*` with
 /// q > 0. An explicit `gzip;q=0` wins over any `*`.
 pub fn accepts_gzip(headers: &HeaderMap) -> bool {
+    // Only a coding named gzip (or x-gzip) or `*` can take gzip: a field without either, such
+    // as `identity`, is not parsed.
+    let may_name_gzip = |value: &HeaderValue| {
+        let bytes = value.as_bytes();
+        bytes.contains(&b'*') || bytes.windows(4).any(|w| w.eq_ignore_ascii_case(b"gzip"))
+    };
+    if !headers.get_all(ACCEPT_ENCODING).iter().any(may_name_gzip) {
+        return false;
+    }
     let mut gzip = None;
     let mut star = None;
     for coding in headers
@@ -143,6 +152,17 @@ mod tests {
             decode(&mut bomb, bomb_body, 1000),
             Err(DecodeError::TooLarge { .. })
         ));
+    }
+
+    #[test]
+    fn a_field_naming_no_gzip_takes_none_and_any_spelling_of_gzip_is_read() {
+        assert!(!accepts_gzip(&with("identity")));
+        assert!(!accepts_gzip(&with("deflate;q=1, br")));
+        assert!(accepts_gzip(&with("x-gzip")));
+        assert!(accepts_gzip(&with("deflate, X-GZip;q=0.5")));
+        let mut lines = with("identity");
+        lines.append(ACCEPT_ENCODING, HeaderValue::from_static("gzip"));
+        assert!(accepts_gzip(&lines));
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! What goes on the wire whatever the route: the body type, the host a request names, hop-by-hop
 //! and forwarding headers, entity tags and conditionals, content codings, JSON read the way
-//! the loosest reader does, and counts of seconds.
+//! the loosest reader does, counts of seconds, and credentials marked sensitive.
 
 pub mod body;
 pub mod encoding;
@@ -10,3 +10,4 @@ pub mod host;
 pub mod json;
 pub mod json_walk;
 pub mod seconds;
+pub mod sensitive;
