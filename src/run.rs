@@ -4,16 +4,12 @@
 //! thread's runtime, the admin listener, the certificate watchers and the reload loop. The
 //! proxy and the operator's surface never share a thread.
 
-use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use futures::FutureExt;
 use thiserror::Error;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
-use tower::ServiceBuilder;
-use tower_http::sensitive_headers::SetSensitiveRequestHeadersLayer;
 
 use crate::admin::{access_log, endpoints as admin};
 use crate::cache::tier::{self, Tier};
@@ -290,20 +286,17 @@ async fn serve_proxy(
     let listener = TcpListener::from_std(listener)?;
     let sensitive: Arc<[http::HeaderName]> = state.settings().identity_headers.clone().into();
     server::serve(listener, acceptor, limits, shutdown, move |peer| {
-        let state = state.clone();
-        ServiceBuilder::new()
+        let (state, sensitive) = (state.clone(), sensitive.clone());
+        tower::service_fn(move |mut request: http::Request<hyper::body::Incoming>| {
             // Credentials are marked sensitive before anything could log them.
-            .layer(SetSensitiveRequestHeadersLayer::from_shared(
-                sensitive.clone(),
-            ))
+            crate::wire::sensitive::mark(request.headers_mut(), &sensitive);
             // Every request is logged once, answered or not, under the id the catalog is sent.
-            .service(tower::service_fn(move |request| {
-                let entry = access_log::Entry::begin(&request, state.metrics.requests.clone());
-                let id = entry.id().clone();
-                entry.around(
-                    proxy::handle(state.clone(), request, peer, id).map(Ok::<_, Infallible>),
-                )
-            }))
+            let entry = access_log::Entry::begin(&request, state.metrics.requests.clone());
+            let id = entry.id().clone();
+            // Boxed once here: the handler's future (kilobytes) is then moved as a pointer
+            // through hyper-util's and the connection's layers instead of copied by each.
+            entry.around(Box::pin(proxy::handle(state.clone(), request, peer, id)))
+        })
     })
     .await;
     Ok(())

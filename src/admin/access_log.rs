@@ -1,10 +1,11 @@
 //! The access log and the request metrics: every request is counted and logged exactly once,
 //! whether it is answered or abandoned (the client went away, its HTTP/2 stream was reset, the
-//! shutdown grace ran out). The handler says what it did (an `Outcome` in the response's
-//! extensions); a request dropped before that is counted with status 499 (nginx's "client
+//! shutdown grace ran out). The handler says what it did (an `Outcome` beside its response);
+//! a request dropped before that is counted with status 499 (nginx's "client
 //! closed request"). The request id is made here, so an abandoned request's line carries the id
 //! the catalog was sent.
 
+use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -69,12 +70,14 @@ impl Entry {
         }
     }
 
-    fn answered(self, response: &Response<Body>) {
-        let outcome = response.extensions().get::<Outcome>();
-        let route = outcome.map_or(Operation::Other, |o| o.operation);
-        let phase = Phase(outcome.and_then(|o| o.phase));
-        let reason = outcome.and_then(|o| o.reason).map_or("", |r| r.as_str());
-        self.record(route, response.status(), phase, reason);
+    fn answered(self, response: &Response<Body>, outcome: &Outcome) {
+        let reason = outcome.reason.map_or("", |r| r.as_str());
+        self.record(
+            outcome.operation,
+            response.status(),
+            Phase(outcome.phase),
+            reason,
+        );
     }
 
     fn abandoned(self) {
@@ -122,19 +125,19 @@ pin_project_lite::pin_project! {
     }
 }
 
-impl<F, E> Future for Logged<F>
+impl<F> Future for Logged<F>
 where
-    F: Future<Output = Result<Response<Body>, E>>,
+    F: Future<Output = (Response<Body>, Outcome)>,
 {
-    type Output = F::Output;
+    type Output = Result<Response<Body>, Infallible>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
-        let answer = std::task::ready!(this.answer.poll(cx));
-        if let (Ok(response), Some(entry)) = (&answer, this.entry.take()) {
-            entry.answered(response);
+        let (response, outcome) = std::task::ready!(this.answer.poll(cx));
+        if let Some(entry) = this.entry.take() {
+            entry.answered(&response, &outcome);
         }
-        Poll::Ready(answer)
+        Poll::Ready(Ok(response))
     }
 }
 

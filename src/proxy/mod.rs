@@ -36,8 +36,8 @@ use crate::wire::host::check_host;
 use exchange::{Answer, Exchange};
 use relay::forward;
 
-/// What the handler did with a request, set on every response it writes (the access log reads
-/// it to count and log the request).
+/// What the handler did with a request, returned beside every response it writes (the access
+/// log reads it to count and log the request).
 #[derive(Debug, Clone)]
 pub struct Outcome {
     pub operation: Operation,
@@ -51,7 +51,7 @@ pub async fn handle(
     request: Request<Incoming>,
     peer: SocketAddr,
     request_id: Arc<str>,
-) -> Response<Body> {
+) -> (Response<Body>, Outcome) {
     let state = &*state;
     let settings = state.settings();
     let method = request.method().clone();
@@ -105,12 +105,12 @@ pub async fn handle(
     if let Some(policy) = secret_headers {
         crate::policy::headers::without_secret_headers(response.headers_mut(), &policy.strip);
     }
-    response.extensions_mut().insert(Outcome {
+    let outcome = Outcome {
         operation,
         phase,
         reason,
-    });
-    response
+    };
+    (response, outcome)
 }
 
 /// The route a request names, once nothing about it is in doubt: a tunnel is not an Iceberg
