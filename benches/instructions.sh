@@ -4,6 +4,9 @@
 # keep-alive requests after 50 of warm-up.
 #
 # usage: bash benches/instructions.sh [304|hit] [N] [ICECACHE_BINARY]
+#        FLOOR=fixed|hyper bash benches/instructions.sh [304|hit] [N]
+#   FLOOR measures the load benchmark's floor server instead (`benches/floor_server.rs`: fixed
+#   bytes, or the same answers through hyper's HTTP/1.1 server), under the same callgrind setup.
 # needs: valgrind (apt-get install valgrind), python3, cargo
 set -euo pipefail
 MODE=${1:-304}; N=${2:-2000}
@@ -11,22 +14,37 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
 cargo build --release --quiet
 BIN=${3:-$ROOT/target/release/icecache}
-FIXTURE=$(cargo bench --bench fixture_server --no-run --message-format=json 2>/dev/null \
-  | python3 -c 'import sys, json
+bench_binary() {
+  cargo bench --bench "$1" --no-run --message-format=json 2>/dev/null \
+    | python3 -c 'import sys, json
 for line in sys.stdin:
     m = json.loads(line)
-    if m.get("executable") and m["target"]["name"] == "fixture_server": print(m["executable"])')
+    if m.get("executable") and m["target"]["name"] == sys.argv[1]: print(m["executable"])' "$1"
+}
+FIXTURE=$(bench_binary fixture_server)
 WORK=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$WORK"' EXIT
 python3 benches/make_metadata.py 51200 "$WORK/body.json"
 port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 UP=$(port); LISTEN=$(port); ADMIN=$(port)
 "$FIXTURE" "127.0.0.1:$UP" "$WORK/body.json" '"fixture-v1"' 0 >/dev/null 2>&1 &
-valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$WORK/cg.out" "$BIN" \
-  --upstream "http://127.0.0.1:$UP" --listen "127.0.0.1:$LISTEN" --admin-listen "127.0.0.1:$ADMIN" \
-  --log-level warn --fresh-for 1h --workers 1 >/dev/null 2>&1 &
+case "${FLOOR:-}" in
+  "")
+    valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$WORK/cg.out" "$BIN" \
+      --upstream "http://127.0.0.1:$UP" --listen "127.0.0.1:$LISTEN" \
+      --admin-listen "127.0.0.1:$ADMIN" --log-level warn --fresh-for 1h --workers 1 \
+      >/dev/null 2>&1 &
+    READY="http://127.0.0.1:$ADMIN/healthz" ;;
+  fixed|hyper)
+    MODE_ARG=(); [ "$FLOOR" = hyper ] && MODE_ARG=(hyper)
+    valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$WORK/cg.out" \
+      "$(bench_binary floor_server)" "127.0.0.1:$LISTEN" "$WORK/body.json" '"fixture-v1"' \
+      "${MODE_ARG[@]}" >/dev/null 2>&1 &
+    READY="http://127.0.0.1:$LISTEN/" ;;
+  *) echo "FLOOR must be fixed or hyper" >&2; exit 64 ;;
+esac
 VPID=$!
-for _ in $(seq 1 150); do curl -s -o /dev/null "http://127.0.0.1:$ADMIN/healthz" && break; sleep 0.2; done
+for _ in $(seq 1 150); do curl -s -o /dev/null "$READY" && break; sleep 0.2; done
 python3 - "$MODE" "$N" "$VPID" "$LISTEN" <<'PY'
 import http.client, subprocess, sys
 mode, n, pid, port = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
@@ -55,4 +73,4 @@ for f in "$WORK"/cg.out*; do
   [[ "$T" =~ ^[0-9]+$ ]] || T=0
   TOTAL=$((TOTAL + T))
 done
-echo "$MODE: $((TOTAL / N)) instructions/request (user space, N=$N)"
+echo "$MODE${FLOOR:+ (floor: $FLOOR)}: $((TOTAL / N)) instructions/request (user space, N=$N)"
