@@ -27,6 +27,8 @@ usage: python3 benches/load.py [--duration S] [--rounds N] [--connections N] [--
             the docs are only ever written from a whole run
 needs: cargo, wrk, h2load, nginx, varnishd, openssl:
   apt-get install wrk nghttp2-client nginx-light varnish openssl
+and valgrind for the instruction count of the 304 goal (without it that goal is "NOT met"):
+the goals table at the top judges every row of issue #29 from this run.
 """
 import argparse
 import concurrent.futures
@@ -450,7 +452,7 @@ def main():
     floor = cargo_bench_binary("floor_server")
     workdir = tempfile.mkdtemp(prefix="icecache-bench-")
     ps = Processes()
-    c, sections = options.connections, []
+    c, sections, measured = options.connections, [], {}
     started = time.strftime("%Y-%m-%d")
     try:
         tls = make_cert(workdir)
@@ -464,8 +466,9 @@ def main():
             servers.append(start_floor(ps, floor, make_body(workdir, size)))
             servers.append(start_floor(ps, floor, make_body(workdir, size), through_hyper=True))
             if wanted(name):
-                sections.append(render_row(row(f"{label} body, cache hit, HTTP/1.1", servers, plain, run_wrk, AUTH,
-                                               options, connections, upstream)))
+                measured[name] = row(f"{label} body, cache hit, HTTP/1.1", servers, plain, run_wrk, AUTH, options,
+                                     connections, upstream)
+                sections.append(render_row(measured[name]))
                 print(sections[-1] + "\n", flush=True)
             if size == 50 * 1024 and wanted(name):
                 # The reference: the fixture itself, no cache in front.
@@ -481,8 +484,8 @@ def main():
                         sys.exit(f"{s.name} answered {status} to its own ETag")
                 # Each server is asked with the ETag it gave; wrk sends one header set, so the
                 # ETag-specific rows run one server at a time, still alternating by round.
-                sections.append(render_row(row_per_server(f"{label} body, local 304", servers, etags, options, c,
-                                                          upstream)))
+                measured["304"] = row_per_server(f"{label} body, local 304", servers, etags, options, c, upstream)
+                sections.append(render_row(measured["304"]))
                 print(sections[-1] + "\n", flush=True)
             for s in servers:
                 ps.stop(s.proc)
@@ -493,11 +496,13 @@ def main():
             fixture_server, upstream = start_fixture(ps, fixture, body, FIXTURE_ETAG)
             servers = [start_icecache(ps, icecache, upstream, tls=tls), start_nginx(ps, workdir, upstream, tls)]
             secure = lambda s: (s.tls_url or s.url) + PATH
-            sections.append(render_row(row("50 KB body, cache hit, TLS 1.3 (ECDSA P-256), HTTP/1.1", servers,
-                                           secure, run_wrk, AUTH, options, c, upstream)))
+            measured["tls-h1"] = row("50 KB body, cache hit, TLS 1.3 (ECDSA P-256), HTTP/1.1", servers, secure,
+                                     run_wrk, AUTH, options, c, upstream)
+            sections.append(render_row(measured["tls-h1"]))
             print(sections[-1] + "\n", flush=True)
-            sections.append(render_row(row("50 KB body, cache hit, TLS 1.3 (ECDSA P-256), HTTP/2 (h2load -m1)",
-                                           servers, secure, run_h2load, AUTH, options, c, upstream)))
+            measured["tls-h2"] = row("50 KB body, cache hit, TLS 1.3 (ECDSA P-256), HTTP/2 (h2load -m1)", servers,
+                                     secure, run_h2load, AUTH, options, c, upstream)
+            sections.append(render_row(measured["tls-h2"]))
             print(sections[-1] + "\n", flush=True)
             for s in servers:
                 ps.stop(s.proc)
@@ -512,8 +517,66 @@ def main():
     finally:
         ps.stop_all()
         shutil.rmtree(workdir, ignore_errors=True)
+    if measured:
+        sections.insert(0, goals(measured, instructions() if wanted("304") else None))
+        print(sections[0] + "\n", flush=True)
     if options.docs:
         write_docs(started, options, sections)
+
+
+HYPER_FLOOR, FIXED_FLOOR = "floor through hyper", "floor (fixed bytes)"
+
+
+def instructions():
+    """Instructions per local 304 (callgrind, `benches/instructions.sh`): icecache's, and the
+    floor through hyper's. None when valgrind is missing (the goal is then not judged)."""
+    if not shutil.which("valgrind"):
+        return None
+    counts = {}
+    for floor in ("", "hyper"):
+        out = subprocess.run(["bash", "benches/instructions.sh", "304", "2000"], cwd=ROOT, check=True,
+                             capture_output=True, text=True, env={**os.environ, "FLOOR": floor}).stdout
+        found = re.search(r"([0-9]+) instructions/request", out)
+        if not found:
+            sys.exit(f"benches/instructions.sh printed no count: {out!r}")
+        counts[floor or "icecache"] = int(found.group(1))
+    return counts
+
+
+def goals(measured, counts):
+    """Issue #29's goals, each judged from this run: icecache's median req/s (and CPU) against
+    the floors', nginx's and Varnish's medians in the same row."""
+    median = lambda row_result, name, field="rps": summary(row_result["results"][name], field)[0]
+    lines = ["#### Goals, judged from this run (medians)", "",
+             "| row | icecache req/s | ÷ floor through hyper | ÷ fixed floor | ÷ nginx | ÷ Varnish | goal | |",
+             "|---|---|---|---|---|---|---|---|"]
+
+    def line(key, goal, met):
+        row_result = measured.get(key)
+        if row_result is None:
+            return
+        ice = median(row_result, "icecache")
+        ratio = lambda name: (f"{ice / median(row_result, name):.2f}" if name in row_result["results"] else "")
+        lines.append(f"| {row_result['title']} | {ice:,.0f} | {ratio(HYPER_FLOOR)} | {ratio(FIXED_FLOOR)} | "
+                     f"{ratio('nginx')} | {ratio('varnish')} | {goal} | {'met' if met(row_result, ice) else 'NOT met'} |")
+
+    of = lambda name, at_least: lambda r, ice: ice >= at_least * median(r, name)
+    if counts is not None:
+        own = counts["icecache"] - counts["hyper"]
+        instructions_met = own <= 8000
+        note = f"; {counts['icecache']:,} instructions per 304, {own:,} beyond the floor through hyper's {counts['hyper']:,}"
+    else:
+        instructions_met, note = False, "; instructions not measured (no valgrind)"
+    line("304", f"≥ 0.85 of the floor through hyper and ≤ 8,000 instructions beyond it{note}",
+         lambda r, ice: of(HYPER_FLOOR, 0.85)(r, ice) and instructions_met)
+    line("50k", "≥ 0.90 of the floor through hyper, CPU per request ≤ nginx's",
+         lambda r, ice: of(HYPER_FLOOR, 0.90)(r, ice)
+         and median(r, "icecache", "cpu_us") <= median(r, "nginx", "cpu_us"))
+    line("5k", "≥ 0.85 of the floor through hyper", of(HYPER_FLOOR, 0.85))
+    line("2m", "≥ 0.95 of the fixed floor", of(FIXED_FLOOR, 0.95))
+    line("tls-h1", "≥ 1.3 × nginx", of("nginx", 1.3))
+    line("tls-h2", "≥ 1.3 × nginx", of("nginx", 1.3))
+    return "\n".join(lines)
 
 
 def row_per_server(title, servers, etags, options, connections, upstream_port):
