@@ -4,7 +4,12 @@
 //! move (an HTTP/1.1 keep-alive connection is idle from its last byte written, not from the
 //! moment a 20 MB body was handed over whole). Bytes that wait to be written without moving
 //! for the idle timeout are a client that stopped reading: its connection is cut (a graceful
-//! close would wait on it for ever). On HTTP/1.1 the bytes of the next request are activity;
+//! close would wait on it for ever). On HTTP/2 a client that grants no flow-control window
+//! leaves nothing waiting on the socket: there an answer's piece that the protocol does not
+//! come back for within the idle timeout (it takes the next one only once the window allows),
+//! while no write moves more than control frames, is the same stalled client (a client that
+//! reads, but slower than the answer is handed over, leaves pieces in the protocol's send
+//! buffer while the socket moves). On HTTP/1.1 the bytes of the next request are activity;
 //! on HTTP/2 reads are not, since the peer's answers to keep-alive pings would keep an unused
 //! connection open for ever. On HTTP/1.1 the first byte read while no request is in flight
 //! starts a request head, which must be whole within the head-read timeout; a keep-alive
@@ -31,9 +36,19 @@ use tower::Service;
 
 use crate::wire::body::{Body, BoxError};
 
-/// The largest piece of an answer handed to the protocol at once: a body stays in flight until
-/// its last piece is taken, and a piece is a cheap view of the same bytes.
+/// The largest piece of an answer handed to HTTP/1.1 at once: a body stays in flight until its
+/// last piece is taken, and a piece is a cheap view of the same bytes.
 const PIECE: usize = 256 * 1024;
+
+/// The largest piece handed to HTTP/2, whose next piece is asked for only once the client's
+/// window allows: a client granting at least this much per idle timeout is never taken for
+/// stalled. HTTP/2's default initial window.
+const H2_PIECE: usize = 64 * 1024;
+
+/// The most an HTTP/2 write may move and still not count as answer bytes taken by the client:
+/// a ping, its answer and a window update together (17 + 17 + 13 bytes), which a client that
+/// grants no window still draws from the server.
+const CONTROL_FRAMES: usize = 64;
 
 /// Requests in flight on one connection, and when something last happened on it.
 pub struct Activity {
@@ -46,6 +61,13 @@ pub struct Activity {
     /// Whether a request head has begun arriving (HTTP/1.1), and since when.
     head_started: AtomicBool,
     head_ms: AtomicU64,
+    /// HTTP/2 answers with a piece handed over and the next not yet asked for, and when a piece
+    /// was last handed over on this connection.
+    parked: AtomicUsize,
+    parked_ms: AtomicU64,
+    /// When an HTTP/2 write last moved more than control frames: a parked answer whose
+    /// client still takes bytes is waiting on the protocol's send buffer, not on the client.
+    moved_ms: AtomicU64,
 }
 
 impl Activity {
@@ -58,6 +80,9 @@ impl Activity {
             waiting_ms: AtomicU64::new(0),
             head_started: AtomicBool::new(false),
             head_ms: AtomicU64::new(0),
+            parked: AtomicUsize::new(0),
+            parked_ms: AtomicU64::new(0),
+            moved_ms: AtomicU64::new(0),
         })
     }
 
@@ -88,11 +113,36 @@ impl Activity {
         }
     }
 
-    /// Since when bytes have waited to be written without moving, if some are waiting.
+    /// An HTTP/2 answer's piece was handed over and more will be asked for when the window
+    /// allows: the connection's client is reading from now, until it is asked.
+    fn park(&self) {
+        self.parked_ms.store(self.now_ms(), Ordering::Relaxed);
+        self.parked.fetch_add(1, Ordering::AcqRel);
+    }
+
+    fn unpark(&self) {
+        self.parked.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    /// An HTTP/2 write moved answer bytes to the client.
+    fn moved(&self) {
+        self.moved_ms.store(self.now_ms(), Ordering::Relaxed);
+    }
+
+    /// Since when the client has taken nothing, if something waits for it: bytes waiting to be
+    /// written without moving, or HTTP/2 answers whose next piece has not been asked for.
     pub fn stalled_since(&self) -> Option<Instant> {
-        self.unsent
+        let at = |ms: &AtomicU64| self.born + Duration::from_millis(ms.load(Ordering::Relaxed));
+        let unsent = self
+            .unsent
             .load(Ordering::Relaxed)
-            .then(|| self.born + Duration::from_millis(self.waiting_ms.load(Ordering::Relaxed)))
+            .then(|| at(&self.waiting_ms));
+        let parked = (self.parked.load(Ordering::Acquire) > 0)
+            .then(|| at(&self.parked_ms).max(at(&self.moved_ms)));
+        match (unsent, parked) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// Bytes were read: with no request in flight, they begin the next request's head.
@@ -139,13 +189,33 @@ impl Drop for InFlight {
     }
 }
 
-/// A response body handed over in pieces of at most `PIECE`, keeping its request in flight
-/// until the last one is taken.
+/// A response body handed over in pieces, keeping its request in flight until the last one
+/// is taken.
 pub struct Tracked {
     body: Body,
     /// What is left of a data frame larger than a piece.
     rest: Option<Bytes>,
-    _in_flight: Option<InFlight>,
+    in_flight: Option<InFlight>,
+    /// The largest piece; whether a piece not the last parks the body (HTTP/2, see `Activity`).
+    piece: usize,
+    parks: bool,
+    parked: bool,
+}
+
+impl Tracked {
+    fn unpark(&mut self) {
+        if std::mem::take(&mut self.parked) {
+            if let Some(in_flight) = &self.in_flight {
+                in_flight.0.unpark();
+            }
+        }
+    }
+}
+
+impl Drop for Tracked {
+    fn drop(&mut self) {
+        self.unpark();
+    }
 }
 
 impl http_body::Body for Tracked {
@@ -156,6 +226,8 @@ impl http_body::Body for Tracked {
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        // Asked again: the client took what it was given.
+        self.unpark();
         let mut data = match self.rest.take() {
             Some(rest) => rest,
             None => match std::task::ready!(Pin::new(&mut self.body).poll_frame(cx)) {
@@ -166,8 +238,17 @@ impl http_body::Body for Tracked {
                 other => return Poll::Ready(other),
             },
         };
-        if data.len() > PIECE {
-            self.rest = Some(data.split_off(PIECE));
+        if data.len() > self.piece {
+            let piece = self.piece;
+            self.rest = Some(data.split_off(piece));
+        }
+        // A last piece is never asked after: HTTP/2 keeps it until the window allows, and an
+        // answer whose request is done leaves the connection to close, within limits.
+        if self.parks && !http_body::Body::is_end_stream(&*self) {
+            if let Some(in_flight) = &self.in_flight {
+                in_flight.0.park();
+                self.parked = true;
+            }
         }
         Poll::Ready(Some(Ok(Frame::data(data))))
     }
@@ -193,11 +274,17 @@ impl http_body::Body for Tracked {
 pub struct Counted<S> {
     inner: S,
     activity: Arc<Activity>,
+    h2: bool,
 }
 
 impl<S> Counted<S> {
-    pub fn new(inner: S, activity: Arc<Activity>) -> Self {
-        Counted { inner, activity }
+    /// `h2`: whether the connection speaks HTTP/2 (its answers go in parking pieces).
+    pub fn new(inner: S, activity: Arc<Activity>, h2: bool) -> Self {
+        Counted {
+            inner,
+            activity,
+            h2,
+        }
     }
 }
 
@@ -218,6 +305,7 @@ where
         Answering {
             answer: self.inner.call(request),
             in_flight: Some(in_flight),
+            h2: self.h2,
         }
     }
 }
@@ -229,6 +317,7 @@ pin_project_lite::pin_project! {
         #[pin]
         answer: F,
         in_flight: Option<InFlight>,
+        h2: bool,
     }
 }
 
@@ -242,10 +331,17 @@ where
         let this = self.project();
         let Ok(response) = std::task::ready!(this.answer.poll(cx));
         let in_flight = this.in_flight.take();
+        let (piece, parks) = match *this.h2 {
+            true => (H2_PIECE, true),
+            false => (PIECE, false),
+        };
         Poll::Ready(Ok(response.map(|body| Tracked {
             body,
             rest: None,
-            _in_flight: in_flight,
+            in_flight,
+            piece,
+            parks,
+            parked: false,
         })))
     }
 }
@@ -270,6 +366,12 @@ impl<I> Watched<I> {
     }
 
     fn wrote(&self, result: &Poll<std::io::Result<usize>>, asked: usize) {
+        // HTTP/2 only (reads are not activity there): more than a few control frames moved.
+        if let Poll::Ready(Ok(n)) = result {
+            if !self.reads_count && *n > CONTROL_FRAMES {
+                self.activity.moved();
+            }
+        }
         match result {
             Poll::Ready(Ok(n)) if *n < asked => self.activity.waiting(*n > 0),
             Poll::Ready(Ok(_)) => self.activity.written(),
@@ -325,5 +427,91 @@ impl<I: AsyncWrite + Unpin> AsyncWrite for Watched<I> {
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
         Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http_body::Body as _;
+    use std::task::Waker;
+
+    fn tracked(activity: &Arc<Activity>, bytes: usize, h2: bool) -> Tracked {
+        let (piece, parks) = if h2 { (H2_PIECE, true) } else { (PIECE, false) };
+        Tracked {
+            body: crate::wire::body::full(vec![b'x'; bytes]),
+            rest: None,
+            in_flight: Some(InFlight::start(activity)),
+            piece,
+            parks,
+            parked: false,
+        }
+    }
+
+    fn take_piece(body: &mut Tracked) -> usize {
+        let mut cx = Context::from_waker(Waker::noop());
+        match Pin::new(body).poll_frame(&mut cx) {
+            Poll::Ready(Some(Ok(frame))) => frame.into_data().map_or(0, |d| d.len()),
+            other => panic!("no piece: {:?}", other.is_ready()),
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_http2_answer_whose_next_piece_is_not_asked_for_is_stalled_from_its_last_piece() {
+        let activity = Activity::new();
+        let mut body = tracked(&activity, 3 * H2_PIECE, true);
+        assert_eq!(take_piece(&mut body), H2_PIECE);
+        let handed = Instant::now();
+        tokio::time::advance(Duration::from_secs(5)).await;
+        assert_eq!(activity.stalled_since(), Some(handed));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_http2_answer_asked_for_again_is_not_stalled_until_its_next_piece_waits() {
+        let activity = Activity::new();
+        let mut body = tracked(&activity, 3 * H2_PIECE, true);
+        take_piece(&mut body);
+        tokio::time::advance(Duration::from_secs(5)).await;
+        take_piece(&mut body);
+        assert_eq!(activity.stalled_since(), Some(Instant::now()));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_last_piece_of_an_answer_and_a_dropped_answer_leave_nothing_stalled() {
+        let activity = Activity::new();
+        let mut body = tracked(&activity, H2_PIECE + 1, true);
+        take_piece(&mut body);
+        assert!(activity.stalled_since().is_some());
+        assert_eq!(take_piece(&mut body), 1);
+        assert_eq!(activity.stalled_since(), None);
+        let mut dropped = tracked(&activity, 2 * H2_PIECE, true);
+        take_piece(&mut dropped);
+        drop(dropped);
+        assert_eq!(activity.stalled_since(), None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_parked_http2_answer_whose_client_still_takes_bytes_is_stalled_from_the_last_bytes() {
+        let activity = Activity::new();
+        let mut body = tracked(&activity, 3 * H2_PIECE, true);
+        take_piece(&mut body);
+        tokio::time::advance(Duration::from_secs(5)).await;
+        let watched = Watched::new((), activity.clone(), false);
+        watched.wrote(&Poll::Ready(Ok(16 * 1024)), 16 * 1024);
+        let moved = Instant::now();
+        tokio::time::advance(Duration::from_secs(5)).await;
+        // Control frames alone are not the client taking the answer.
+        watched.wrote(&Poll::Ready(Ok(CONTROL_FRAMES)), CONTROL_FRAMES);
+        assert_eq!(activity.stalled_since(), Some(moved));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_http1_answer_is_stalled_only_by_bytes_that_wait_on_the_socket() {
+        // HTTP/1.1 asks for the next piece once the last is written: a slow reader's piece
+        // waits on the socket, where each write that moves keeps it from being stalled.
+        let activity = Activity::new();
+        let mut body = tracked(&activity, 3 * PIECE, false);
+        assert_eq!(take_piece(&mut body), PIECE);
+        assert_eq!(activity.stalled_since(), None);
     }
 }

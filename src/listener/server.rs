@@ -210,7 +210,7 @@ where
     S::Future: Send + 'static,
 {
     let activity = Activity::new();
-    let service = TowerToHyperService::new(Counted::new(service, activity.clone()));
+    let service = TowerToHyperService::new(Counted::new(service, activity.clone(), h2));
     let io = TokioIo::new(Watched::new(io, activity.clone(), !h2));
     if h2 {
         let connection = protocols.http2.serve_connection(io, service);
@@ -231,7 +231,10 @@ where
 
 /// Drives a connection to its end, asking it to close gracefully once it has been idle for
 /// `idle_timeout` or when the listener stops, and cutting it when a request head takes longer
-/// than `header_read_timeout` from its first byte (HTTP/1.1).
+/// than `header_read_timeout` from its first byte (HTTP/1.1), when its client takes nothing of
+/// a waiting answer for `idle_timeout`, or when, closing with no request in flight, it has not
+/// ended `idle_timeout` after it was asked to (an HTTP/2 stream's last bytes held by a window
+/// the client never opens).
 ///
 /// Nothing on a request's path wakes this watch: it sleeps until the earliest deadline it knows
 /// of, and never longer than `header_read_timeout`, so a head that began while it slept is
@@ -247,7 +250,7 @@ async fn watch_connection<C>(
 where
     C: std::future::Future<Output = Result<(), hyper::Error>>,
 {
-    let mut closing = false;
+    let mut closing: Option<Instant> = None;
     let idle = limits.idle_timeout;
     let head_read = limits.header_read_timeout;
     let sleep = tokio::time::sleep_until(next_wake(activity, limits, closing, Instant::now()));
@@ -257,8 +260,8 @@ where
             // The connection first: it is what a wake is almost always for.
             biased;
             result = connection.as_mut() => return result,
-            () = stopped(shutdown), if !closing => {
-                closing = true;
+            () = stopped(shutdown), if closing.is_none() => {
+                closing = Some(Instant::now());
                 close(connection.as_mut());
             }
             () = sleep.as_mut() => {
@@ -274,9 +277,19 @@ where
                     tracing::debug!(?idle, "a client stopped reading; connection cut");
                     return Ok(());
                 }
-                if !closing && activity.idle_at(idle).is_some_and(|at| at <= now) {
-                    closing = true;
-                    close(connection.as_mut());
+                match closing {
+                    Some(asked) if asked + idle <= now && activity.idle_at(idle).is_some() => {
+                        // Nothing in flight, and still not closed: what it waits on is bytes its
+                        // client does not take (a request in flight is the grace period's).
+                        tracing::debug!(?idle, "a closing connection did not end; connection cut");
+                        return Ok(());
+                    }
+                    Some(_) => {}
+                    None if activity.idle_at(idle).is_some_and(|at| at <= now) => {
+                        closing = Some(now);
+                        close(connection.as_mut());
+                    }
+                    None => {}
                 }
             }
         }
@@ -287,14 +300,23 @@ where
     }
 }
 
-/// When the watch of a connection next looks at it: the earliest of its idle, stall and head
-/// deadlines, and at most `header_read_timeout` from `now` (see `watch_connection`).
-fn next_wake(activity: &Activity, limits: &Limits, closing: bool, now: Instant) -> Instant {
+/// When the watch of a connection next looks at it: the earliest of its idle (or, closing, its
+/// close's), stall and head deadlines, and at most `header_read_timeout` from `now` (see
+/// `watch_connection`).
+fn next_wake(
+    activity: &Activity,
+    limits: &Limits,
+    closing: Option<Instant>,
+    now: Instant,
+) -> Instant {
     let idle = limits.idle_timeout;
-    // Closing waits for nothing but a stall: the connection ends on its own otherwise.
     let idle_at = match closing {
-        false => activity.idle_at(idle).unwrap_or(now + idle),
-        true => now + idle,
+        None => activity.idle_at(idle).unwrap_or(now + idle),
+        // Once passed with a request in flight, the close is the grace period's: look again
+        // later rather than at once.
+        Some(asked) => Some(asked + idle)
+            .filter(|at| *at > now)
+            .unwrap_or(now + idle),
     };
     let mut wake = idle_at.min(now + limits.header_read_timeout);
     if let Some(since) = activity.stalled_since() {
@@ -332,7 +354,7 @@ mod tests {
         let activity = Activity::new();
         let now = Instant::now();
         assert_eq!(
-            next_wake(&activity, &limits(), false, now),
+            next_wake(&activity, &limits(), None, now),
             now + limits().header_read_timeout
         );
     }
@@ -341,7 +363,7 @@ mod tests {
     async fn a_head_begun_while_the_watch_slept_is_woken_for_at_its_own_deadline() {
         let activity = Activity::new();
         let slept_at = Instant::now();
-        let first = next_wake(&activity, &limits(), false, slept_at);
+        let first = next_wake(&activity, &limits(), None, slept_at);
         tokio::time::advance(Duration::from_secs(3)).await;
         activity.read();
         let begun = Instant::now();
@@ -349,18 +371,29 @@ mod tests {
         // The sleep set before the head began ends before the head is due...
         assert!(first <= due);
         // ...and the one set then ends exactly when it is due.
-        assert_eq!(next_wake(&activity, &limits(), false, first), due);
+        assert_eq!(next_wake(&activity, &limits(), None, first), due);
     }
 
     #[tokio::test(start_paused = true)]
-    async fn a_closing_connection_waits_no_longer_than_the_idle_timeout() {
+    async fn a_closing_connection_is_looked_at_once_the_idle_timeout_has_passed_since_it_was_asked()
+    {
         let activity = Activity::new();
         let mut limits = limits();
         limits.header_read_timeout = Duration::from_secs(600);
-        let now = Instant::now();
+        let asked = Instant::now();
+        tokio::time::advance(Duration::from_secs(7)).await;
         assert_eq!(
-            next_wake(&activity, &limits, true, now),
-            now + limits.idle_timeout
+            next_wake(&activity, &limits, Some(asked), Instant::now()),
+            asked + limits.idle_timeout
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_closing_connection_past_its_deadline_is_not_looked_at_in_a_loop() {
+        let activity = Activity::new();
+        let asked = Instant::now();
+        tokio::time::advance(limits().idle_timeout * 2).await;
+        let now = Instant::now();
+        assert!(next_wake(&activity, &limits(), Some(asked), now) > now);
     }
 }

@@ -351,3 +351,95 @@ async fn a_client_that_stops_reading_is_cut_after_the_idle_timeout() {
     };
     assert!(got + n < 48 << 20, "the whole answer arrived: {got} bytes");
 }
+
+/// An HTTP/2 connection to `address` whose client grants no more window than the protocol's
+/// initial 65,535 bytes and answers pings (its connection task runs) but reads no body.
+async fn h2_reading_nothing(
+    address: &str,
+) -> (
+    hyper::client::conn::http2::SendRequest<http_body_util::Empty<bytes::Bytes>>,
+    tokio::task::JoinHandle<Result<(), hyper::Error>>,
+) {
+    let stream = TcpStream::connect(address).await.unwrap();
+    let (sender, connection) =
+        hyper::client::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
+            .initial_stream_window_size(65_535)
+            .initial_connection_window_size(65_535)
+            .handshake(hyper_util::rt::TokioIo::new(stream))
+            .await
+            .unwrap();
+    (sender, tokio::spawn(connection))
+}
+
+/// On HTTP/2 a client that opens no flow-control window leaves nothing waiting on the socket:
+/// the answer waits inside the protocol, and its connection is still cut after the idle
+/// timeout.
+#[tokio::test]
+async fn an_http2_client_that_grants_no_window_for_a_large_answer_is_cut() {
+    let catalog = catalog(
+        Shape {
+            padding: 4 << 20,
+            ..Shape::default()
+        },
+        &["big"],
+    )
+    .await;
+    let icecache = Icecache::start(&catalog.url, &["--idle-timeout", "1s"]).await;
+    let address = icecache.url.trim_start_matches("http://").to_owned();
+    let (mut sender, connection) = h2_reading_nothing(&address).await;
+    let answer = sender
+        .send_request(h2_get(&address, "big", ""))
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 200);
+    // The body is held, never read: no window is given back.
+    let closed = tokio::time::timeout(PATIENCE, connection).await;
+    assert!(closed.is_ok(), "the connection stayed open");
+    let mut body = answer.into_body();
+    let mut got = 0;
+    while let Some(Ok(frame)) = body.frame().await {
+        got += frame.data_ref().map_or(0, |d| d.len());
+    }
+    assert!(got < 4 << 20, "the whole answer arrived: {got} bytes");
+}
+
+/// The last piece of an answer held by a connection window the client never opens: the
+/// request is done, the idle connection is asked to close and cannot, and is cut an idle
+/// timeout later.
+#[tokio::test]
+async fn an_http2_answer_held_whole_by_the_connection_window_does_not_hold_its_connection() {
+    let catalog = catalog(
+        Shape {
+            padding: 40 << 10,
+            ..Shape::default()
+        },
+        &["a", "b"],
+    )
+    .await;
+    let icecache = Icecache::start(&catalog.url, &["--idle-timeout", "1s"]).await;
+    let address = icecache.url.trim_start_matches("http://").to_owned();
+    let (mut sender, connection) = h2_reading_nothing(&address).await;
+    // Two answers of over 40 KB each: the first takes most of the connection's window, the
+    // second cannot all be sent.
+    let first = sender
+        .send_request(h2_get(&address, "a", ""))
+        .await
+        .unwrap();
+    let second = sender
+        .send_request(h2_get(&address, "b", ""))
+        .await
+        .unwrap();
+    assert_eq!(first.status(), 200);
+    assert_eq!(second.status(), 200);
+    let closed = tokio::time::timeout(PATIENCE, connection).await;
+    assert!(closed.is_ok(), "the connection stayed open");
+    let mut body = second.into_body();
+    let mut got = 0;
+    while let Some(Ok(frame)) = body.frame().await {
+        got += frame.data_ref().map_or(0, |d| d.len());
+    }
+    assert!(
+        got < 40 << 10,
+        "the whole second answer arrived: {got} bytes"
+    );
+}
