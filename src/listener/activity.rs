@@ -4,18 +4,22 @@
 //! move (an HTTP/1.1 keep-alive connection is idle from its last byte written, not from the
 //! moment a 20 MB body was handed over whole). Bytes that wait to be written without moving
 //! for the idle timeout are a client that stopped reading: its connection is cut (a graceful
-//! close would wait on it for ever). On HTTP/2 a client that grants no flow-control window
-//! leaves nothing waiting on the socket: there an answer's piece that the protocol does not
-//! come back for within the idle timeout (it takes the next one only once the window allows),
-//! while no write moves more than control frames, is the same stalled client (a client that
-//! reads, but slower than the answer is handed over, leaves pieces in the protocol's send
-//! buffer while the socket moves). On HTTP/1.1 the bytes of the next request are activity;
-//! on HTTP/2 reads are not, since the peer's answers to keep-alive pings would keep an unused
-//! connection open for ever. On HTTP/1.1 the first byte read while no request is in flight
-//! starts a request head, which must be whole within the head-read timeout; a keep-alive
-//! connection that sends nothing is only idle (hyper's own head timer also runs while a
-//! connection waits for its next request, which closed idle keep-alive connections after the
-//! head-read timeout and raced clients reusing them).
+//! close would wait on it for ever). Writes only show what leaves icecache: the watch asks the
+//! kernel whether its queue for the client shrank (`kernel_queue`) before it takes any of
+//! these marks as final. On HTTP/2 a client that grants no flow-control window leaves nothing
+//! waiting on the socket: there an answer's piece that the protocol does not come back for
+//! within the idle timeout (it takes the next one only once the window allows; it holds the
+//! last one until the window takes some of it), while no write moves more than control
+//! frames, is the same stalled client (a client that reads, but slower than the answer is
+//! handed over, leaves pieces in the protocol's send buffer while the socket moves). On
+//! HTTP/1.1 the bytes of the next request are activity; on HTTP/2 reads are not, since the
+//! peer's answers to keep-alive pings would keep an unused connection open for ever, and
+//! writes are activity only when they move more than control frames. On HTTP/1.1 the first
+//! byte read while no request is in flight starts a request head, which must be whole within
+//! the head-read timeout, whatever the idle timeout; a keep-alive connection that sends
+//! nothing is only idle (hyper's own head timer also runs while a connection waits for its
+//! next request, which closed idle keep-alive connections after the head-read timeout and
+//! raced clients reusing them).
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -124,9 +128,22 @@ impl Activity {
         self.parked.fetch_sub(1, Ordering::AcqRel);
     }
 
-    /// An HTTP/2 write moved answer bytes to the client.
+    /// An HTTP/2 write moved answer bytes to the client: activity, and progress for a parked
+    /// answer.
     fn moved(&self) {
-        self.moved_ms.store(self.now_ms(), Ordering::Relaxed);
+        let now = self.now_ms();
+        self.moved_ms.store(now, Ordering::Relaxed);
+        self.last_ms.store(now, Ordering::Relaxed);
+    }
+
+    /// The connection's watch saw the client take bytes the kernel held for it: every mark
+    /// moves to now, which it returns.
+    pub fn progressed(&self) -> Instant {
+        let now = self.now_ms();
+        for mark in [&self.last_ms, &self.waiting_ms, &self.moved_ms] {
+            mark.store(now, Ordering::Relaxed);
+        }
+        self.born + Duration::from_millis(now)
     }
 
     /// Since when the client has taken nothing, if something waits for it: bytes waiting to be
@@ -163,10 +180,15 @@ impl Activity {
             .then(|| self.born + Duration::from_millis(self.head_ms.load(Ordering::Relaxed)))
     }
 
+    /// Since when nothing has happened on the connection, or None while a request runs.
+    pub fn quiet_since(&self) -> Option<Instant> {
+        (self.in_flight.load(Ordering::Acquire) == 0)
+            .then(|| self.born + Duration::from_millis(self.last_ms.load(Ordering::Relaxed)))
+    }
+
     /// When the connection falls idle if nothing happens, or None while a request runs.
     pub fn idle_at(&self, idle: Duration) -> Option<Instant> {
-        (self.in_flight.load(Ordering::Acquire) == 0)
-            .then(|| self.born + Duration::from_millis(self.last_ms.load(Ordering::Relaxed)) + idle)
+        self.quiet_since().map(|since| since + idle)
     }
 }
 
@@ -242,9 +264,9 @@ impl http_body::Body for Tracked {
             let piece = self.piece;
             self.rest = Some(data.split_off(piece));
         }
-        // A last piece is never asked after: HTTP/2 keeps it until the window allows, and an
-        // answer whose request is done leaves the connection to close, within limits.
-        if self.parks && !http_body::Body::is_end_stream(&*self) {
+        // On HTTP/2 every piece waits for the window, the last one too: the protocol holds it,
+        // and the body with it, until the client's window takes some of it.
+        if self.parks {
             if let Some(in_flight) = &self.in_flight {
                 in_flight.0.park();
                 self.parked = true;
@@ -477,13 +499,21 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn the_last_piece_of_an_answer_and_a_dropped_answer_leave_nothing_stalled() {
+    async fn the_last_piece_of_an_http2_answer_waits_for_the_window_until_the_answer_is_dropped() {
+        // hyper holds the last piece, and the body, until the window takes some of it.
         let activity = Activity::new();
         let mut body = tracked(&activity, H2_PIECE + 1, true);
         take_piece(&mut body);
-        assert!(activity.stalled_since().is_some());
+        tokio::time::advance(Duration::from_secs(5)).await;
         assert_eq!(take_piece(&mut body), 1);
+        assert_eq!(activity.stalled_since(), Some(Instant::now()));
+        drop(body);
         assert_eq!(activity.stalled_since(), None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_dropped_http2_answer_leaves_nothing_stalled() {
+        let activity = Activity::new();
         let mut dropped = tracked(&activity, 2 * H2_PIECE, true);
         take_piece(&mut dropped);
         drop(dropped);

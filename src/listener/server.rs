@@ -4,6 +4,7 @@
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
+use std::os::fd::{AsRawFd, RawFd};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,6 +21,7 @@ use tokio_rustls::TlsAcceptor;
 use tower::Service;
 
 use super::activity::{Activity, Counted, Watched};
+use super::kernel_queue::KernelQueue;
 use crate::wire::body::Body;
 
 /// Connection limits of one listener.
@@ -153,9 +155,13 @@ pub async fn serve<M, S>(
         tokio::spawn(async move {
             // A connection that says nothing is idle from the start.
             let deadline = limits.header_read_timeout.min(limits.idle_timeout);
+            // For the watch's questions to the kernel; open while the connection is served.
+            let fd = Some(stream.as_raw_fd());
             let result = match tls {
                 None => match speaks_h2(&stream, deadline).await {
-                    Some(h2) => serve_io(&protocols, &limits, shutdown, stream, h2, service).await,
+                    Some(h2) => {
+                        serve_io(&protocols, &limits, shutdown, stream, fd, h2, service).await
+                    }
                     None => return,
                 },
                 Some(acceptor) => {
@@ -170,7 +176,7 @@ pub async fn serve<M, S>(
                         Err(_) => return,
                     };
                     let h2 = stream.get_ref().1.alpn_protocol() == Some(b"h2");
-                    serve_io(&protocols, &limits, shutdown, stream, h2, service).await
+                    serve_io(&protocols, &limits, shutdown, stream, fd, h2, service).await
                 }
             };
             if let Err(e) = result {
@@ -198,6 +204,7 @@ async fn serve_io<I, S>(
     limits: &Limits,
     mut shutdown: watch::Receiver<bool>,
     io: I,
+    fd: Option<RawFd>,
     h2: bool,
     service: S,
 ) -> Result<(), hyper::Error>
@@ -215,14 +222,14 @@ where
     if h2 {
         let connection = protocols.http2.serve_connection(io, service);
         tokio::pin!(connection);
-        watch_connection(connection, limits, &mut shutdown, &activity, |c| {
+        watch_connection(connection, limits, &mut shutdown, &activity, fd, |c| {
             c.graceful_shutdown();
         })
         .await
     } else {
         let connection = protocols.http1.serve_connection(io, service);
         tokio::pin!(connection);
-        watch_connection(connection, limits, &mut shutdown, &activity, |c| {
+        watch_connection(connection, limits, &mut shutdown, &activity, fd, |c| {
             c.graceful_shutdown();
         })
         .await
@@ -232,9 +239,9 @@ where
 /// Drives a connection to its end, asking it to close gracefully once it has been idle for
 /// `idle_timeout` or when the listener stops, and cutting it when a request head takes longer
 /// than `header_read_timeout` from its first byte (HTTP/1.1), when its client takes nothing of
-/// a waiting answer for `idle_timeout`, or when, closing with no request in flight, it has not
-/// ended `idle_timeout` after it was asked to (an HTTP/2 stream's last bytes held by a window
-/// the client never opens).
+/// a waiting answer for `idle_timeout`, or when, closing with no request in flight and nothing
+/// moving, it has not ended `idle_timeout` after it was asked to (an HTTP/2 stream's last bytes
+/// held by a window the client never opens).
 ///
 /// Nothing on a request's path wakes this watch: it sleeps until the earliest deadline it knows
 /// of, and never longer than `header_read_timeout`, so a head that began while it slept is
@@ -245,12 +252,14 @@ async fn watch_connection<C>(
     limits: &Limits,
     shutdown: &mut watch::Receiver<bool>,
     activity: &Activity,
+    fd: Option<RawFd>,
     close: impl Fn(Pin<&mut C>),
 ) -> Result<(), hyper::Error>
 where
     C: std::future::Future<Output = Result<(), hyper::Error>>,
 {
     let mut closing: Option<Instant> = None;
+    let mut queue = KernelQueue::new(fd);
     let idle = limits.idle_timeout;
     let head_read = limits.header_read_timeout;
     let sleep = tokio::time::sleep_until(next_wake(activity, limits, closing, Instant::now()));
@@ -266,30 +275,33 @@ where
             }
             () = sleep.as_mut() => {
                 let now = Instant::now();
-                if activity.head_since().is_some_and(|since| since + head_read <= now) {
-                    // A request head still not whole: a slow client holds nothing for long.
-                    tracing::debug!(?head_read, "a request head took too long; connection cut");
-                    return Ok(());
-                }
-                if activity.stalled_since().is_some_and(|since| since + idle <= now) {
-                    // The client has read nothing for the idle timeout: a graceful close would
-                    // wait on it for ever, so the connection is dropped.
-                    tracing::debug!(?idle, "a client stopped reading; connection cut");
-                    return Ok(());
-                }
-                match closing {
-                    Some(asked) if asked + idle <= now && activity.idle_at(idle).is_some() => {
-                        // Nothing in flight, and still not closed: what it waits on is bytes its
-                        // client does not take (a request in flight is the grace period's).
+                match due(activity, limits, closing, now) {
+                    Due::Nothing => {}
+                    Due::HeadTooLong => {
+                        // A request head still not whole: a slow client holds nothing for long.
+                        tracing::debug!(?head_read, "a request head took too long; connection cut");
+                        return Ok(());
+                    }
+                    // The kernel still drains what icecache wrote: the client reads.
+                    Due::Stalled(mark) | Due::ClosingHeld(mark) | Due::Idle(mark)
+                        if queue.moved_since(mark) =>
+                    {
+                        queue.rebase(activity.progressed());
+                    }
+                    Due::Stalled(_) => {
+                        // The client has read nothing for the idle timeout: a graceful close
+                        // would wait on it for ever, so the connection is dropped.
+                        tracing::debug!(?idle, "a client stopped reading; connection cut");
+                        return Ok(());
+                    }
+                    Due::ClosingHeld(_) => {
                         tracing::debug!(?idle, "a closing connection did not end; connection cut");
                         return Ok(());
                     }
-                    Some(_) => {}
-                    None if activity.idle_at(idle).is_some_and(|at| at <= now) => {
+                    Due::Idle(_) => {
                         closing = Some(now);
                         close(connection.as_mut());
                     }
-                    None => {}
                 }
             }
         }
@@ -297,6 +309,40 @@ where
         sleep
             .as_mut()
             .reset(next_wake(activity, limits, closing, now));
+    }
+}
+
+/// What a connection's watch finds due when it wakes; the marks are when the client was last
+/// known to take something (the kernel is asked about them before anything is cut or closed).
+#[derive(Debug, PartialEq)]
+enum Due {
+    Nothing,
+    /// A request head not whole `header_read_timeout` after its first byte.
+    HeadTooLong,
+    /// Bytes waiting to be written, or an HTTP/2 answer's piece, not taken for `idle_timeout`.
+    Stalled(Instant),
+    /// Closing, asked `idle_timeout` ago, with nothing in flight and nothing moving since.
+    ClosingHeld(Instant),
+    /// No request in flight, no head begun and nothing moving for `idle_timeout`.
+    Idle(Instant),
+}
+
+/// The decision alone, in that order: a head's deadline, a stall, a close that did not end, an
+/// idle connection. A head begun holds off the idle close: its own deadline bounds it.
+fn due(activity: &Activity, limits: &Limits, closing: Option<Instant>, now: Instant) -> Due {
+    let idle = limits.idle_timeout;
+    let head = activity.head_since();
+    if head.is_some_and(|since| since + limits.header_read_timeout <= now) {
+        return Due::HeadTooLong;
+    }
+    if let Some(since) = activity.stalled_since().filter(|s| *s + idle <= now) {
+        return Due::Stalled(since);
+    }
+    let quiet = activity.quiet_since().filter(|since| *since + idle <= now);
+    match (closing, quiet) {
+        (Some(asked), Some(since)) if asked + idle <= now => Due::ClosingHeld(since),
+        (None, Some(since)) if head.is_none() => Due::Idle(since),
+        _ => Due::Nothing,
     }
 }
 
@@ -311,6 +357,8 @@ fn next_wake(
 ) -> Instant {
     let idle = limits.idle_timeout;
     let idle_at = match closing {
+        // A head begun is bounded by its own deadline, below.
+        None if activity.head_since().is_some() => now + idle,
         None => activity.idle_at(idle).unwrap_or(now + idle),
         // Once passed with a request in flight, the close is the grace period's: look again
         // later rather than at once.
@@ -385,6 +433,64 @@ mod tests {
         assert_eq!(
             next_wake(&activity, &limits, Some(asked), Instant::now()),
             asked + limits.idle_timeout
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_connection_quiet_for_the_idle_timeout_is_idle_from_its_last_activity() {
+        let activity = Activity::new();
+        let quiet = Instant::now();
+        tokio::time::advance(limits().idle_timeout).await;
+        let now = Instant::now();
+        assert_eq!(due(&activity, &limits(), None, now), Due::Idle(quiet));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_request_head_begun_is_not_closed_as_idle_before_its_own_deadline() {
+        let activity = Activity::new();
+        let mut limits = limits();
+        limits.idle_timeout = Duration::from_secs(2);
+        activity.read();
+        tokio::time::advance(Duration::from_secs(5)).await;
+        let now = Instant::now();
+        assert_eq!(due(&activity, &limits, None, now), Due::Nothing);
+        // Nor looked at in a loop meanwhile.
+        assert!(next_wake(&activity, &limits, None, now) > now);
+        tokio::time::advance(Duration::from_secs(5)).await;
+        assert_eq!(
+            due(&activity, &limits, None, Instant::now()),
+            Due::HeadTooLong
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_closing_connection_quiet_since_the_close_was_asked_is_held() {
+        let activity = Activity::new();
+        let asked = Instant::now();
+        tokio::time::advance(limits().idle_timeout / 2).await;
+        let now = Instant::now();
+        assert_eq!(due(&activity, &limits(), Some(asked), now), Due::Nothing);
+        tokio::time::advance(limits().idle_timeout / 2).await;
+        let now = Instant::now();
+        assert_eq!(
+            due(&activity, &limits(), Some(asked), now),
+            Due::ClosingHeld(asked)
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_connection_seen_to_progress_is_neither_idle_nor_held_from_then() {
+        let activity = Activity::new();
+        tokio::time::advance(limits().idle_timeout).await;
+        let mark = activity.progressed();
+        assert_eq!(
+            due(&activity, &limits(), None, Instant::now()),
+            Due::Nothing
+        );
+        tokio::time::advance(limits().idle_timeout).await;
+        assert_eq!(
+            due(&activity, &limits(), None, Instant::now()),
+            Due::Idle(mark)
         );
     }
 

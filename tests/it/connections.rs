@@ -193,8 +193,12 @@ async fn a_long_download_keeps_its_connection_for_the_next_request() {
         .expect("an answer to the next request");
     assert!(head.starts_with("HTTP/1.1 200"), "{head}");
 
-    // HTTP/2: stream 1 read slowly; another stream opened 2 s in is answered.
-    let (mut sender, _h2) = h2_connection(&address).await;
+    // HTTP/2: stream 1 read slowly; another stream opened 2 s in is answered (its body is
+    // never read: it holds up to its stream window of the connection's). The stream windows
+    // are the protocol's default, so that what the client reads goes back to icecache as
+    // window often: a client that gives back nothing for an idle timeout grants nothing that
+    // long, and is taken for stalled.
+    let (mut sender, _h2) = h2_with_windows(&address, 65_535, 1 << 20).await;
     let request = |table: &str| h2_get(&address, table, "");
     let big = sender.send_request(request("big")).await.unwrap();
     assert_eq!(big.status(), 200);
@@ -202,12 +206,14 @@ async fn a_long_download_keeps_its_connection_for_the_next_request() {
     let started = Instant::now();
     let mut got = 0usize;
     let mut second = None;
+    // 4 MB/s, whatever the size of the frames.
     while let Some(frame) = body.frame().await {
-        got += frame.expect("a frame").data_ref().map_or(0, |d| d.len());
+        let n = frame.expect("a frame").data_ref().map_or(0, |d| d.len());
+        got += n;
         if second.is_none() && started.elapsed() > Duration::from_secs(2) {
             second = Some(sender.send_request(request("small")));
         }
-        tokio::time::sleep(Duration::from_millis(4)).await;
+        tokio::time::sleep(Duration::from_micros(n as u64 * 4_000 / (16 << 10))).await;
     }
     assert!(got > 24 << 20);
     assert!(started.elapsed() > Duration::from_secs(2), "not slow");
@@ -352,10 +358,13 @@ async fn a_client_that_stops_reading_is_cut_after_the_idle_timeout() {
     assert!(got + n < 48 << 20, "the whole answer arrived: {got} bytes");
 }
 
-/// An HTTP/2 connection to `address` whose client grants no more window than the protocol's
-/// initial 65,535 bytes and answers pings (its connection task runs) but reads no body.
-async fn h2_reading_nothing(
+/// An HTTP/2 connection to `address` whose client grants each stream `window` bytes and the
+/// connection `connection_window`, more only as it reads (none while it reads nothing), and
+/// answers pings (its connection task runs).
+async fn h2_with_windows(
     address: &str,
+    window: u32,
+    connection_window: u32,
 ) -> (
     hyper::client::conn::http2::SendRequest<http_body_util::Empty<bytes::Bytes>>,
     tokio::task::JoinHandle<Result<(), hyper::Error>>,
@@ -363,8 +372,8 @@ async fn h2_reading_nothing(
     let stream = TcpStream::connect(address).await.unwrap();
     let (sender, connection) =
         hyper::client::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
-            .initial_stream_window_size(65_535)
-            .initial_connection_window_size(65_535)
+            .initial_stream_window_size(window)
+            .initial_connection_window_size(connection_window)
             .handshake(hyper_util::rt::TokioIo::new(stream))
             .await
             .unwrap();
@@ -386,7 +395,7 @@ async fn an_http2_client_that_grants_no_window_for_a_large_answer_is_cut() {
     .await;
     let icecache = Icecache::start(&catalog.url, &["--idle-timeout", "1s"]).await;
     let address = icecache.url.trim_start_matches("http://").to_owned();
-    let (mut sender, connection) = h2_reading_nothing(&address).await;
+    let (mut sender, connection) = h2_with_windows(&address, 65_535, 65_535).await;
     let answer = sender
         .send_request(h2_get(&address, "big", ""))
         .await
@@ -418,7 +427,7 @@ async fn an_http2_answer_held_whole_by_the_connection_window_does_not_hold_its_c
     .await;
     let icecache = Icecache::start(&catalog.url, &["--idle-timeout", "1s"]).await;
     let address = icecache.url.trim_start_matches("http://").to_owned();
-    let (mut sender, connection) = h2_reading_nothing(&address).await;
+    let (mut sender, connection) = h2_with_windows(&address, 65_535, 65_535).await;
     // Two answers of over 40 KB each: the first takes most of the connection's window, the
     // second cannot all be sent.
     let first = sender
@@ -442,4 +451,139 @@ async fn an_http2_answer_held_whole_by_the_connection_window_does_not_hold_its_c
         got < 40 << 10,
         "the whole second answer arrived: {got} bytes"
     );
+}
+
+/// A client that grants no window at all: even an answer small enough for one piece waits
+/// inside the protocol, and its connection is cut after the idle timeout.
+#[tokio::test]
+async fn an_http2_client_that_grants_no_window_for_a_small_answer_is_cut() {
+    let catalog = catalog(Shape::default(), &["t"]).await;
+    let icecache = Icecache::start(&catalog.url, &["--idle-timeout", "1s"]).await;
+    let address = icecache.url.trim_start_matches("http://").to_owned();
+    let (mut sender, connection) = h2_with_windows(&address, 0, 65_535).await;
+    let answer = sender
+        .send_request(h2_get(&address, "t", ""))
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 200);
+    let closed = tokio::time::timeout(PATIENCE, connection).await;
+    assert!(closed.is_ok(), "the connection stayed open");
+    let mut body = answer.into_body();
+    let mut got = 0;
+    while let Some(Ok(frame)) = body.frame().await {
+        got += frame.data_ref().map_or(0, |d| d.len());
+    }
+    assert_eq!(got, 0, "bytes arrived through a window never granted");
+}
+
+/// An HTTP/2 answer read at a trickle, its last piece taking longer than the idle timeout to
+/// be read, is read whole, and its connection then answers another stream: bytes moving are
+/// activity, also once the answer's request is done.
+#[tokio::test]
+async fn an_http2_answer_read_at_a_trickle_keeps_its_connection_for_the_next_stream() {
+    let catalog = catalog(
+        Shape {
+            padding: 128 << 10,
+            ..Shape::default()
+        },
+        &["big", "small"],
+    )
+    .await;
+    let icecache = Icecache::start(&catalog.url, &["--idle-timeout", "2s"]).await;
+    let address = icecache.url.trim_start_matches("http://").to_owned();
+    // A stream window of 16 KiB: each 8 KiB read goes back as window (the half at which the
+    // client gives it back), three times per idle timeout at 12 KiB/s, while an answer's last
+    // piece of up to 64 KiB takes over five seconds.
+    let (mut sender, connection) = h2_with_windows(&address, 16 << 10, 65_535).await;
+    let answer = sender
+        .send_request(h2_get(&address, "big", ""))
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 200);
+    let mut body = answer.into_body();
+    let started = Instant::now();
+    let mut got = 0usize;
+    while let Some(frame) = body.frame().await {
+        let n = frame.expect("a frame").data_ref().map_or(0, |d| d.len());
+        got += n;
+        tokio::time::sleep(Duration::from_micros(n as u64 * 1_000_000 / (12 << 10))).await;
+    }
+    assert!(got > 128 << 10, "{got} bytes");
+    assert!(started.elapsed() > Duration::from_secs(4), "not slow");
+    let next = tokio::time::timeout(PATIENCE, sender.send_request(h2_get(&address, "small", "")))
+        .await
+        .expect("an answer to the next stream")
+        .expect("the next stream answered, not refused");
+    assert_eq!(next.status(), 200);
+    assert!(!connection.is_finished());
+}
+
+/// An HTTP/1.1 answer read slowly but steadily by a client whose kernel buffers little: the
+/// kernel on icecache's side holds megabytes of it and wakes icecache only once a good part is
+/// free, longer than the idle timeout at this pace. It still arrives whole, and the connection
+/// takes the next request.
+#[tokio::test]
+async fn a_slow_steady_reader_gets_the_whole_answer_and_keeps_its_connection() {
+    let catalog = catalog(
+        Shape {
+            padding: 3 << 20,
+            ..Shape::default()
+        },
+        &["big", "small"],
+    )
+    .await;
+    let flags = ["--idle-timeout", "1s", "--cache-max-entry-bytes", "64MiB"];
+    let icecache = Icecache::start(&catalog.url, &flags).await;
+    let address = icecache.url.trim_start_matches("http://").to_owned();
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    let mut h1 = socket.connect(address.parse().unwrap()).await.unwrap();
+    h1.write_all(get(&address, "big", "").as_bytes())
+        .await
+        .unwrap();
+    // About 400 KB/s for the whole answer: over seven seconds against an idle timeout of 1 s.
+    let started = Instant::now();
+    let (head, length) = read_answer(
+        &mut h1,
+        Some((16 << 10, Duration::from_millis(40))),
+        usize::MAX,
+    )
+    .await;
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    assert!(length > 3 << 20);
+    assert!(started.elapsed() > Duration::from_secs(2), "not slow");
+    h1.write_all(get(&address, "small", "").as_bytes())
+        .await
+        .unwrap();
+    let (head, _) = tokio::time::timeout(PATIENCE, read_answer(&mut h1, None, 0))
+        .await
+        .expect("an answer to the next request");
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+}
+
+/// A request head whose first byte has come is bounded by the head-read timeout, not by the
+/// idle timeout, on a new connection and on a kept-alive one.
+#[tokio::test]
+async fn a_request_head_begun_has_the_head_read_timeout_whatever_the_idle_timeout() {
+    let catalog = catalog(Shape::default(), &["t"]).await;
+    let flags = ["--idle-timeout", "1s", "--header-read-timeout", "30s"];
+    let icecache = Icecache::start(&catalog.url, &flags).await;
+    let address = icecache.url.trim_start_matches("http://").to_owned();
+    let request = get(&address, "t", "");
+    let mut connection = TcpStream::connect(&address).await.unwrap();
+    for turn in ["new", "kept alive"] {
+        connection
+            .write_all(&request.as_bytes()[..1])
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(2500)).await;
+        connection
+            .write_all(&request.as_bytes()[1..])
+            .await
+            .unwrap();
+        let (head, _) = tokio::time::timeout(PATIENCE, read_answer(&mut connection, None, 0))
+            .await
+            .expect("an answer");
+        assert!(head.starts_with("HTTP/1.1 200"), "{turn}: {head}");
+    }
 }
