@@ -190,7 +190,7 @@ keys! {
     "header_read_timeout", Some("header-read-timeout"), duration(MS, DAY), Value("10s"), Restart, false,
         "a client's whole request head, from its first byte (and a new connection's first bytes, a TLS handshake, on HTTP/2 the connection preface); slower clients are dropped. A kept-alive connection waiting for its next request is idle, not slow";
     "idle_timeout", Some("idle-timeout"), duration(MS, DAY), Value("75s"), Restart, false,
-        "a client connection with no request in flight and nothing moving on it for this long is closed gracefully (an answer still being written counts as moving; a client that reads nothing of a waiting answer for this long is cut); HTTP/2 connections are also pinged every 20 s and closed when a ping goes unanswered";
+        "a client connection with no request in flight and nothing moving on it for this long is closed gracefully (an answer still being written, or still drained from the kernel's buffers by the client, counts as moving; a client that reads nothing of a waiting answer for this long, or on HTTP/2 grants no window for it, is cut, within twice this long; a request head once begun has `header_read_timeout` instead; a connection asked to close that still holds an answer is cut this long after; see [limitations](limitations.md)); HTTP/2 connections are also pinged every 20 s and closed when a ping goes unanswered";
     "max_header_bytes", Some("max-header-bytes"), size(8 << 10), Value("64KiB"), Restart, false,
         "larger request heads get 431 (at least 8KiB)";
     "max_connections", Some("max-connections"), Kind::Count { min: 1, max: u64::MAX }, Value("10000"), Restart, false,
