@@ -56,6 +56,9 @@ TICKS = os.sysconf("SC_CLK_TCK")
 BEGIN, END = "<!-- benches/load.py: begin -->", "<!-- benches/load.py: end -->"
 
 
+HYPER_FLOOR, FIXED_FLOOR = "floor through hyper", "floor (fixed bytes)"
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -192,7 +195,7 @@ def start_floor(ps, floor, body, through_hyper=False):
     port = free_port()
     proc = ps.start([floor, f"127.0.0.1:{port}", body, FIXTURE_ETAG, *(["hyper"] if through_hyper else [])])
     wait_for(f"http://127.0.0.1:{port}/")
-    name = "floor through hyper" if through_hyper else "floor (fixed bytes)"
+    name = HYPER_FLOOR if through_hyper else FIXED_FLOOR
     return Server(name, proc, f"http://127.0.0.1:{port}")
 
 
@@ -522,9 +525,6 @@ def main():
         print(sections[0] + "\n", flush=True)
     if options.docs:
         write_docs(started, options, sections)
-
-
-HYPER_FLOOR, FIXED_FLOOR = "floor through hyper", "floor (fixed bytes)"
 
 
 def instructions():

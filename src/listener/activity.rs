@@ -218,13 +218,23 @@ pub struct Tracked {
     /// What is left of a data frame larger than a piece.
     rest: Option<Bytes>,
     in_flight: Option<InFlight>,
-    /// The largest piece; whether a piece not the last parks the body (HTTP/2, see `Activity`).
-    piece: usize,
-    parks: bool,
+    /// Whether it goes out on HTTP/2: smaller pieces, each parked until the next is asked for
+    /// (see `Activity`).
+    h2: bool,
     parked: bool,
 }
 
 impl Tracked {
+    fn new(body: Body, in_flight: Option<InFlight>, h2: bool) -> Self {
+        Tracked {
+            body,
+            rest: None,
+            in_flight,
+            h2,
+            parked: false,
+        }
+    }
+
     fn unpark(&mut self) {
         if std::mem::take(&mut self.parked) {
             if let Some(in_flight) = &self.in_flight {
@@ -260,13 +270,13 @@ impl http_body::Body for Tracked {
                 other => return Poll::Ready(other),
             },
         };
-        if data.len() > self.piece {
-            let piece = self.piece;
+        let piece = if self.h2 { H2_PIECE } else { PIECE };
+        if data.len() > piece {
             self.rest = Some(data.split_off(piece));
         }
         // On HTTP/2 every piece waits for the window, the last one too: the protocol holds it,
         // and the body with it, until the client's window takes some of it.
-        if self.parks {
+        if self.h2 {
             if let Some(in_flight) = &self.in_flight {
                 in_flight.0.park();
                 self.parked = true;
@@ -352,19 +362,8 @@ where
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
         let Ok(response) = std::task::ready!(this.answer.poll(cx));
-        let in_flight = this.in_flight.take();
-        let (piece, parks) = match *this.h2 {
-            true => (H2_PIECE, true),
-            false => (PIECE, false),
-        };
-        Poll::Ready(Ok(response.map(|body| Tracked {
-            body,
-            rest: None,
-            in_flight,
-            piece,
-            parks,
-            parked: false,
-        })))
+        let (in_flight, h2) = (this.in_flight.take(), *this.h2);
+        Poll::Ready(Ok(response.map(|body| Tracked::new(body, in_flight, h2))))
     }
 }
 
@@ -394,8 +393,8 @@ impl<I> Watched<I> {
                 self.activity.moved();
             }
         }
-        match result {
-            Poll::Ready(Ok(n)) if *n < asked => self.activity.waiting(*n > 0),
+        match *result {
+            Poll::Ready(Ok(n)) if n < asked => self.activity.waiting(n > 0),
             Poll::Ready(Ok(_)) => self.activity.written(),
             Poll::Pending => self.activity.waiting(false),
             Poll::Ready(Err(_)) => {}
@@ -459,15 +458,8 @@ mod tests {
     use std::task::Waker;
 
     fn tracked(activity: &Arc<Activity>, bytes: usize, h2: bool) -> Tracked {
-        let (piece, parks) = if h2 { (H2_PIECE, true) } else { (PIECE, false) };
-        Tracked {
-            body: crate::wire::body::full(vec![b'x'; bytes]),
-            rest: None,
-            in_flight: Some(InFlight::start(activity)),
-            piece,
-            parks,
-            parked: false,
-        }
+        let body = crate::wire::body::full(vec![b'x'; bytes]);
+        Tracked::new(body, Some(InFlight::start(activity)), h2)
     }
 
     fn take_piece(body: &mut Tracked) -> usize {

@@ -382,6 +382,22 @@ async fn h2_with_windows(
     (sender, tokio::spawn(connection))
 }
 
+/// Waits for an HTTP/2 connection to end (within `PATIENCE`, or the test fails) and returns
+/// how many bytes of `answer`'s body had arrived.
+async fn bytes_before_the_cut(
+    connection: tokio::task::JoinHandle<Result<(), hyper::Error>>,
+    answer: http::Response<hyper::body::Incoming>,
+) -> usize {
+    let closed = tokio::time::timeout(PATIENCE, connection).await;
+    assert!(closed.is_ok(), "the connection stayed open");
+    let mut body = answer.into_body();
+    let mut got = 0;
+    while let Some(Ok(frame)) = body.frame().await {
+        got += frame.data_ref().map_or(0, |d| d.len());
+    }
+    got
+}
+
 /// On HTTP/2 a client that opens no flow-control window leaves nothing waiting on the socket:
 /// the answer waits inside the protocol, and its connection is still cut after the idle
 /// timeout.
@@ -404,13 +420,7 @@ async fn an_http2_client_that_grants_no_window_for_a_large_answer_is_cut() {
         .unwrap();
     assert_eq!(answer.status(), 200);
     // The body is held, never read: no window is given back.
-    let closed = tokio::time::timeout(PATIENCE, connection).await;
-    assert!(closed.is_ok(), "the connection stayed open");
-    let mut body = answer.into_body();
-    let mut got = 0;
-    while let Some(Ok(frame)) = body.frame().await {
-        got += frame.data_ref().map_or(0, |d| d.len());
-    }
+    let got = bytes_before_the_cut(connection, answer).await;
     assert!(got < 4 << 20, "the whole answer arrived: {got} bytes");
 }
 
@@ -442,13 +452,7 @@ async fn an_http2_answer_held_whole_by_the_connection_window_does_not_hold_its_c
         .unwrap();
     assert_eq!(first.status(), 200);
     assert_eq!(second.status(), 200);
-    let closed = tokio::time::timeout(PATIENCE, connection).await;
-    assert!(closed.is_ok(), "the connection stayed open");
-    let mut body = second.into_body();
-    let mut got = 0;
-    while let Some(Ok(frame)) = body.frame().await {
-        got += frame.data_ref().map_or(0, |d| d.len());
-    }
+    let got = bytes_before_the_cut(connection, second).await;
     assert!(
         got < 40 << 10,
         "the whole second answer arrived: {got} bytes"
@@ -468,13 +472,7 @@ async fn an_http2_client_that_grants_no_window_for_a_small_answer_is_cut() {
         .await
         .unwrap();
     assert_eq!(answer.status(), 200);
-    let closed = tokio::time::timeout(PATIENCE, connection).await;
-    assert!(closed.is_ok(), "the connection stayed open");
-    let mut body = answer.into_body();
-    let mut got = 0;
-    while let Some(Ok(frame)) = body.frame().await {
-        got += frame.data_ref().map_or(0, |d| d.len());
-    }
+    let got = bytes_before_the_cut(connection, answer).await;
     assert_eq!(got, 0, "bytes arrived through a window never granted");
 }
 
