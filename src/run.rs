@@ -293,9 +293,9 @@ async fn serve_proxy(
             // Every request is logged once, answered or not, under the id the catalog is sent.
             let entry = access_log::Entry::begin(&request, state.metrics.requests.clone());
             let id = entry.id().clone();
-            // Boxed once here: the handler's future (kilobytes) is then moved as a pointer
-            // through hyper-util's and the connection's layers instead of copied by each.
-            entry.around(Box::pin(proxy::handle(state.clone(), request, peer, id)))
+            // A hit comes back answered; anything that waits comes back as one boxed future,
+            // moved as a pointer through hyper-util's and the connection's layers.
+            entry.around(proxy::handle(state.clone(), request, peer, id))
         })
     })
     .await;

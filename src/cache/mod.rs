@@ -1,6 +1,7 @@
 //! The loadTable and loadView cache. A request arrives with its key, the request the catalog
 //! would be sent, and who is asking under which policy; the cache answers it in one of the
-//! phases of `CachePhase`, read top to bottom in `load`:
+//! phases of `CachePhase`, read top to bottom in `load_now` (what is answered from memory,
+//! without waiting) and `load_later` (what waits):
 //!
 //! - a fresh entry the caller may have: HIT;
 //! - a stale entry within `stale_while_revalidate`: STALE, and one background revalidation;
@@ -40,7 +41,7 @@ use http::{Extensions, Response};
 use thiserror::Error;
 use tokio::time::Instant;
 
-pub use entry::{Content, Entry, Gzipped};
+pub use entry::{Content, Entry, Gzipped, Servable};
 pub use fill::POLICY_READ_LIMIT;
 pub use key::{normalised_delegation, CacheKey, Form};
 pub use phase::{CachePhase, Cause, NoCacheReason};
@@ -61,7 +62,6 @@ use crate::wire::body::Body;
 use coalesce::{Inflight, Joined};
 use confirmations::Confirmations;
 use decide::{decide, phase_of_fill, Decision, Held, Windows};
-use entry::Servable;
 use fill::{Fill, FillOutcome, Purpose};
 use filler::Filler;
 use store::Store;
@@ -120,6 +120,21 @@ pub enum Lookup {
     },
     /// Not to be read whole: the proxy streams it from the catalog (passthrough, too large).
     Stream(NoCacheReason),
+}
+
+/// What a lookup must still wait for, once what is held has been looked at.
+pub enum Later {
+    /// Ask the catalog, leading or joining a fill (`decide`'s `Fill`).
+    Fill {
+        revalidating: Option<Arc<Entry>>,
+        stale_on_error: bool,
+    },
+    /// An entry this caller may not have as it is: checked first, or asked for alone.
+    Deliver {
+        entry: Arc<Entry>,
+        phase: CachePhase,
+        servable: Servable,
+    },
 }
 
 #[derive(Debug, Error)]
@@ -246,8 +261,11 @@ impl Cache {
         })
     }
 
-    /// Answers a loadTable request: what `decide` makes of what is held, then the answer.
-    pub async fn load(self: &Arc<Self>, ask: &mut Ask) -> Result<Lookup, Failure> {
+    /// Answers a loadTable request from memory when it can, without waiting: what `decide`
+    /// makes of what is held, and the entry when this caller may have it as it is. What must
+    /// wait (a fill, a check of this caller, a variant of its own) is returned as `Later`, for
+    /// `load_later`. A hit never builds a future.
+    pub fn load_now(self: &Arc<Self>, ask: &mut Ask) -> Result<Lookup, Later> {
         ask.coordination = self.tier.coordinate();
         let ask = &*ask;
         let now = Instant::now();
@@ -257,12 +275,44 @@ impl Cache {
             (entry, facts)
         });
         match decide(seen, ask.windows(), now) {
-            Decision::Serve(entry) => self.deliver(ask, &entry, CachePhase::Hit).await,
+            Decision::Serve(entry) => self.deliver_or_later(ask, entry, CachePhase::Hit),
             Decision::ServeStale(entry) => {
                 self.revalidate_in_background(ask, entry.clone());
-                self.deliver(ask, &entry, CachePhase::Stale).await
+                self.deliver_or_later(ask, entry, CachePhase::Stale)
             }
             Decision::Fill {
+                revalidating,
+                stale_on_error,
+            } => Err(Later::Fill {
+                revalidating,
+                stale_on_error,
+            }),
+        }
+    }
+
+    fn deliver_or_later(
+        &self,
+        ask: &Ask,
+        entry: Arc<Entry>,
+        phase: CachePhase,
+    ) -> Result<Lookup, Later> {
+        self.deliver_now(ask, &entry, phase)
+            .map_err(|servable| Later::Deliver {
+                entry,
+                phase,
+                servable,
+            })
+    }
+
+    /// Finishes a lookup `load_now` could not answer at once.
+    pub async fn load_later(self: &Arc<Self>, ask: &Ask, later: Later) -> Result<Lookup, Failure> {
+        match later {
+            Later::Deliver {
+                entry,
+                phase,
+                servable,
+            } => self.deliver_later(ask, &entry, phase, servable).await,
+            Later::Fill {
                 revalidating,
                 stale_on_error,
             } => {
@@ -496,6 +546,19 @@ impl Cache {
         entry: &Arc<Entry>,
         phase: CachePhase,
     ) -> Result<Lookup, Failure> {
+        match self.deliver_now(ask, entry, phase) {
+            Ok(lookup) => Ok(lookup),
+            Err(servable) => self.deliver_later(ask, entry, phase, servable).await,
+        }
+    }
+
+    /// The entry's answer when this caller may have it as it is; else why it may not.
+    fn deliver_now(
+        &self,
+        ask: &Ask,
+        entry: &Arc<Entry>,
+        phase: CachePhase,
+    ) -> Result<Lookup, Servable> {
         let caller = &ask.caller;
         let servable = entry.servable_to(
             &ask.request.as_filled(),
@@ -509,11 +572,35 @@ impl Cache {
                 phase,
                 reason: None,
             }),
+            servable => Err(servable),
+        }
+    }
+
+    /// Serves an entry the caller may not have as it is.
+    async fn deliver_later(
+        self: &Arc<Self>,
+        ask: &Ask,
+        entry: &Arc<Entry>,
+        phase: CachePhase,
+        servable: Servable,
+    ) -> Result<Lookup, Failure> {
+        match servable {
+            Servable::Yes => Ok(Lookup::Served {
+                response: respond::from_entry(
+                    entry,
+                    phase,
+                    &ask.caller,
+                    self.counted(),
+                    &self.case,
+                ),
+                phase,
+                reason: None,
+            }),
             // Fetched for a request that differed in a header the catalog varies on.
             Servable::OtherVariant => {
                 Box::pin(self.bypass(
                     ask.request.fill_request(),
-                    caller.clone(),
+                    ask.caller.clone(),
                     ask.settings.clone(),
                     NoCacheReason::Vary,
                 ))

@@ -27,6 +27,39 @@ pub struct Exchange<'a> {
     pub request_id: &'a Arc<str>,
 }
 
+/// An exchange's own parts, apart from what it borrows: what the future that finishes a
+/// request keeps until it runs.
+pub struct Admitted {
+    pub settings: Arc<Settings>,
+    pub route: Route,
+    pub policy: Arc<Policy>,
+    pub peer: SocketAddr,
+}
+
+impl Admitted {
+    pub fn exchange<'a>(self, state: &'a State, request_id: &'a Arc<str>) -> Exchange<'a> {
+        Exchange {
+            state,
+            settings: self.settings,
+            route: self.route,
+            policy: self.policy,
+            peer: self.peer,
+            request_id,
+        }
+    }
+}
+
+impl Exchange<'_> {
+    pub fn admitted(self) -> Admitted {
+        Admitted {
+            settings: self.settings,
+            route: self.route,
+            policy: self.policy,
+            peer: self.peer,
+        }
+    }
+}
+
 /// What a part of the handler answers with.
 pub struct Answer {
     pub response: Response<Body>,

@@ -8,7 +8,11 @@ use smallvec::SmallVec;
 
 use super::exchange::{answer_shape, outgoing, Answer, Exchange};
 use super::relay;
-use crate::cache::{self, Ask, CacheKey, CachePhase, Caller, Failure, Lookup, NoCacheReason};
+use std::sync::Arc;
+
+use crate::cache::{
+    self, Ask, Cache, CacheKey, CachePhase, Caller, Failure, Later, Lookup, NoCacheReason,
+};
 use crate::catalog::route::Route;
 use crate::error::ProxyError;
 use crate::origin::{OriginRequest, Outgoing};
@@ -18,35 +22,124 @@ use crate::wire::body::empty;
 use crate::wire::encoding::accepts_gzip;
 use crate::wire::headers::HeaderLookup;
 
+/// A load, answered at once or with what is left to do.
+pub enum Served {
+    /// Answered from memory (or refused) without waiting.
+    Now(Result<Answer, ProxyError>),
+    /// What must wait: for the catalog, or for a fill in flight.
+    Later(Box<Rest>),
+}
+
+/// What is left of a load that could not be answered at once.
+pub enum Rest {
+    /// Streamed from the catalog as it comes.
+    Stream {
+        sent: Outgoing,
+        reason: Option<NoCacheReason>,
+    },
+    /// Asked alone, through the policy stage, never stored.
+    Bypass {
+        cache: Arc<Cache>,
+        sent: Outgoing,
+        caller: Caller,
+        reason: NoCacheReason,
+    },
+    /// A lookup the cache must finish.
+    Cache {
+        cache: Arc<Cache>,
+        ask: Ask,
+        later: Later,
+    },
+}
+
+fn waits(rest: Rest) -> Served {
+    Served::Later(Box::new(rest))
+}
+
 /// Serves a load from the head of its request (a load's body, if any, means nothing).
 pub async fn serve(
     mut exchange: Exchange<'_>,
     parts: http::request::Parts,
 ) -> Result<Answer, ProxyError> {
+    match serve_now(&mut exchange, parts) {
+        Served::Now(answer) => answer,
+        Served::Later(rest) => serve_later(&exchange, *rest).await,
+    }
+}
+
+/// As much of a load as needs no waiting: a hit is answered here.
+pub fn serve_now(exchange: &mut Exchange<'_>, parts: http::request::Parts) -> Served {
     let shape = answer_shape(exchange.route.operation);
-    let sent = outgoing(&exchange, parts, shape)?;
+    let sent = match outgoing(exchange, parts, shape) {
+        Ok(sent) => sent,
+        Err(e) => return Served::Now(Err(e)),
+    };
     let Some(cache) = exchange.state.cache.clone() else {
-        return Box::pin(stream(&exchange, sent.request(), None)).await;
+        return waits(Rest::Stream { sent, reason: None });
     };
     let route = exchange.route.take_names();
-    let (caller, key) = caller_and_key(&exchange, route, &sent);
-    let settings = exchange.settings.clone();
-    let (lookup, sent) = match key {
+    let (caller, key) = caller_and_key(exchange, route, &sent);
+    match key {
         Ok(key) => {
-            let mut ask = Ask::new(key, sent, caller, settings);
-            let lookup = cache.load(&mut ask).await;
-            (lookup, ask.request)
+            let mut ask = Ask::new(key, sent, caller, exchange.settings.clone());
+            match cache.load_now(&mut ask) {
+                Ok(lookup) => match served(lookup) {
+                    Ok(answer) => Served::Now(Ok(answer)),
+                    Err(reason) => waits(Rest::Stream {
+                        sent: ask.request,
+                        reason: Some(reason),
+                    }),
+                },
+                Err(later) => waits(Rest::Cache { cache, ask, later }),
+            }
         }
         Err(reason) if exchange.policy.credentials == Credentials::Passthrough => {
-            return Box::pin(stream(&exchange, sent.request(), Some(reason))).await;
+            waits(Rest::Stream {
+                sent,
+                reason: Some(reason),
+            })
         }
-        Err(reason) => {
+        Err(reason) => waits(Rest::Bypass {
+            cache,
+            sent,
+            caller,
+            reason,
+        }),
+    }
+}
+
+/// The rest of a load `serve_now` could not answer.
+pub async fn serve_later(exchange: &Exchange<'_>, rest: Rest) -> Result<Answer, ProxyError> {
+    let (lookup, sent) = match rest {
+        Rest::Stream { sent, reason } => {
+            return Box::pin(stream(exchange, sent.request(), reason)).await
+        }
+        Rest::Bypass {
+            cache,
+            sent,
+            caller,
+            reason,
+        } => {
             let request = sent.fill_request();
+            let settings = exchange.settings.clone();
             let lookup = Box::pin(cache.bypass(request, caller, settings, reason)).await;
             (lookup, sent)
         }
+        Rest::Cache { cache, ask, later } => {
+            let lookup = cache.load_later(&ask, later).await;
+            (lookup, ask.request)
+        }
     };
-    match lookup.map_err(ProxyError::from)? {
+    match served(lookup.map_err(ProxyError::from)?) {
+        Ok(answer) => Ok(answer),
+        // Too large to keep after all: streamed, asked again.
+        Err(reason) => Box::pin(stream(exchange, sent.request(), Some(reason))).await,
+    }
+}
+
+/// The answer a lookup served, or why it must be streamed instead.
+fn served(lookup: Lookup) -> Result<Answer, NoCacheReason> {
+    match lookup {
         Lookup::Served {
             response,
             phase,
@@ -56,8 +149,7 @@ pub async fn serve(
             phase: Some(phase),
             reason,
         }),
-        // Too large to keep after all: streamed, asked again.
-        Lookup::Stream(reason) => Box::pin(stream(&exchange, sent.request(), Some(reason))).await,
+        Lookup::Stream(reason) => Err(reason),
     }
 }
 

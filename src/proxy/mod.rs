@@ -17,8 +17,11 @@ mod refresh;
 mod relay;
 mod write;
 
+use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 
 use http::{Method, Request, Response};
 use hyper::body::Incoming;
@@ -27,13 +30,13 @@ use crate::cache::{CachePhase, NoCacheReason};
 use crate::catalog::route::{classify, operation_of, Operation, Route};
 use crate::catalog::writes;
 use crate::error::{self, ProxyError};
-use crate::policy::Credentials;
+use crate::policy::{Credentials, Policy};
 use crate::replays::{self, Idempotency, Refused};
 use crate::state::State;
 use crate::telemetry::replays::ReplayOutcome;
 use crate::wire::body::Body;
 use crate::wire::host::check_host;
-use exchange::{Answer, Exchange};
+use exchange::{Admitted, Answer, Exchange};
 use relay::forward;
 
 /// What the handler did with a request, returned beside every response it writes (the access
@@ -45,14 +48,44 @@ pub struct Outcome {
     pub reason: Option<NoCacheReason>,
 }
 
+/// The handler's answer: ready at once when a load is answered from memory (nothing waits, so
+/// no future is built for it), else the future that finishes the request.
+pub enum Handled {
+    Ready(Option<(Response<Body>, Outcome)>),
+    Pending(Pin<Box<dyn Future<Output = (Response<Body>, Outcome)> + Send>>),
+}
+
+impl Handled {
+    fn ready(answer: (Response<Body>, Outcome)) -> Handled {
+        Handled::Ready(Some(answer))
+    }
+
+    fn pending(
+        future: impl Future<Output = (Response<Body>, Outcome)> + Send + 'static,
+    ) -> Handled {
+        Handled::Pending(Box::pin(future))
+    }
+}
+
+impl Future for Handled {
+    type Output = (Response<Body>, Outcome);
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match self.get_mut() {
+            Handled::Pending(future) => future.as_mut().poll(cx),
+            // Polled again after its answer (which no caller does): there is nothing more.
+            Handled::Ready(answer) => answer.take().map_or(Poll::Pending, Poll::Ready),
+        }
+    }
+}
+
 /// Handles one client request; every failure becomes an Iceberg error response.
-pub async fn handle(
+pub fn handle(
     state: Arc<State>,
     request: Request<Incoming>,
     peer: SocketAddr,
     request_id: Arc<str>,
-) -> (Response<Body>, Outcome) {
-    let state = &*state;
+) -> Handled {
     let settings = state.settings();
     let method = request.method().clone();
     let classified = admit(&request, &state.separator.get());
@@ -60,57 +93,104 @@ pub async fn handle(
         Ok(route) => route.operation,
         Err(_) => operation_of(&method, request.uri().path()),
     };
-    // Under strip and inject, the patterns no answer's header may be named by.
-    let mut secret_headers = None;
-    let result = match classified {
-        Err(e) => Err(e),
-        Ok(route) => {
-            let policy = settings
-                .policies
-                .for_prefix(route.prefix.as_deref())
-                .clone();
-            if policy.credentials != Credentials::Passthrough {
-                secret_headers = Some(policy.clone());
-            }
-            let exchange = Exchange {
-                state,
-                settings: settings.clone(),
-                route,
-                policy,
-                peer,
-                request_id: &request_id,
-            };
-            dispatch(exchange, request).await
-        }
-    };
-    let (mut response, phase, reason) = match result {
-        Ok(answer) => (answer.response, answer.phase, answer.reason),
-        Err(e) => {
-            let context = error::Context {
-                request_id: &request_id,
-                peer,
-                method: &method,
-                operation,
-            };
-            let mut response = error::respond(&e, &context);
-            // Every answer on a cached route says how it was produced, icecache's own errors too.
-            let cached_route = operation.is_cached() && state.cache.is_some();
-            let phase = e.phase().or(cached_route.then_some(CachePhase::Bypass));
-            if let Some(phase) = phase {
-                response = crate::cache::mark(response, phase, &state.case);
-            }
-            (response, phase, None)
-        }
-    };
-    if let Some(policy) = secret_headers {
-        crate::policy::headers::without_secret_headers(response.headers_mut(), &policy.strip);
-    }
-    let outcome = Outcome {
+    let mut ending = Ending {
+        method,
         operation,
-        phase,
-        reason,
+        peer,
+        strip: None,
     };
-    (response, outcome)
+    let route = match classified {
+        Ok(route) => route,
+        Err(e) => return Handled::ready(ending.conclude(&state, &request_id, Err(e))),
+    };
+    let policy = settings
+        .policies
+        .for_prefix(route.prefix.as_deref())
+        .clone();
+    if policy.credentials != Credentials::Passthrough {
+        ending.strip = Some(policy.clone());
+    }
+    let admitted = Admitted {
+        settings,
+        route,
+        policy,
+        peer,
+    };
+    // Loads first: a hit is answered here, without a future.
+    if matches!(operation, Operation::LoadTable | Operation::LoadView)
+        && ending.method == Method::GET
+    {
+        let mut exchange = admitted.exchange(&state, &request_id);
+        let (parts, _body) = request.into_parts();
+        return match load::serve_now(&mut exchange, parts) {
+            load::Served::Now(result) => {
+                Handled::ready(ending.conclude(&state, &request_id, result))
+            }
+            load::Served::Later(rest) => {
+                let admitted = exchange.admitted();
+                Handled::pending(async move {
+                    let exchange = admitted.exchange(&state, &request_id);
+                    let result = load::serve_later(&exchange, *rest).await;
+                    ending.conclude(&state, &request_id, result)
+                })
+            }
+        };
+    }
+    Handled::pending(async move {
+        let exchange = admitted.exchange(&state, &request_id);
+        let result = dispatch(exchange, request).await;
+        ending.conclude(&state, &request_id, result)
+    })
+}
+
+/// What the handler's last step needs to know of the request.
+struct Ending {
+    method: Method,
+    operation: Operation,
+    peer: SocketAddr,
+    /// Under strip and inject, the patterns no answer's header may be named by.
+    strip: Option<Arc<Policy>>,
+}
+
+impl Ending {
+    /// The response and outcome of a request: its answer, or the Iceberg error it failed with,
+    /// marked with how it was produced, without the headers its policy strips.
+    fn conclude(
+        self,
+        state: &State,
+        request_id: &Arc<str>,
+        result: Result<Answer, ProxyError>,
+    ) -> (Response<Body>, Outcome) {
+        let (mut response, phase, reason) = match result {
+            Ok(answer) => (answer.response, answer.phase, answer.reason),
+            Err(e) => {
+                let context = error::Context {
+                    request_id,
+                    peer: self.peer,
+                    method: &self.method,
+                    operation: self.operation,
+                };
+                let mut response = error::respond(&e, &context);
+                // Every answer on a cached route says how it was produced, icecache's own
+                // errors too.
+                let cached_route = self.operation.is_cached() && state.cache.is_some();
+                let phase = e.phase().or(cached_route.then_some(CachePhase::Bypass));
+                if let Some(phase) = phase {
+                    response = crate::cache::mark(response, phase, &state.case);
+                }
+                (response, phase, None)
+            }
+        };
+        if let Some(policy) = self.strip {
+            crate::policy::headers::without_secret_headers(response.headers_mut(), &policy.strip);
+        }
+        let outcome = Outcome {
+            operation: self.operation,
+            phase,
+            reason,
+        };
+        (response, outcome)
+    }
 }
 
 /// The route a request names, once nothing about it is in doubt: a tunnel is not an Iceberg
@@ -130,6 +210,7 @@ fn admit(request: &Request<Incoming>, separator: &str) -> Result<Route, ProxyErr
     Ok(classify(request.method(), request.uri().path(), separator)?)
 }
 
+/// Every request but a load (which `handle` serves first, so that a hit never waits).
 async fn dispatch(
     exchange: Exchange<'_>,
     request: Request<Incoming>,
@@ -139,11 +220,6 @@ async fn dispatch(
         return Box::pin(config::serve(exchange, request))
             .await
             .map(Answer::plain);
-    }
-    if matches!(operation, Operation::LoadTable | Operation::LoadView)
-        && request.method() == Method::GET
-    {
-        return load::serve(exchange, request.into_parts().0).await;
     }
     if matches!(operation, Operation::TableExists | Operation::ViewExists)
         && request.method() == Method::HEAD
