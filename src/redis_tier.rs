@@ -282,7 +282,7 @@ async fn entry_of(
         length: usize::try_from(shared.length).ok()?,
         vary: Varies::from_parts(&shared.vary),
         shareable: true,
-        not_modified: Default::default(),
+        heads: Default::default(),
     });
     let mut entry = Entry::new(
         content,

@@ -13,7 +13,7 @@ use http::{HeaderMap, HeaderValue};
 use tokio::time::Instant;
 
 use super::confirmations::Confirmations;
-use super::heads::{NotModifiedHeads, HEAD_WEIGHT};
+use super::heads::{Heads, HEAD_WEIGHT};
 use super::key::CacheKey;
 use super::ticket::FillTicket;
 use super::vary::Varies;
@@ -47,8 +47,8 @@ pub struct Content {
     /// Whether the tier may share it through Redis: no vended credential in it, and small
     /// enough.
     pub shareable: bool,
-    /// The heads of its 304s, built on first use.
-    pub not_modified: NotModifiedHeads,
+    /// The heads of its answers, built on first use.
+    pub heads: Heads,
 }
 
 #[derive(Debug)]
@@ -86,7 +86,7 @@ impl Content {
         let representations = 1 + usize::from(self.gzip.is_some());
         self.body.len()
             + self.gzip.as_ref().map_or(0, |g| g.body.len() + 96)
-            + representations * HEAD_WEIGHT
+            + representations * (2 * HEAD_WEIGHT + headers)
             + headers
             + self.vary.weight()
             + 128

@@ -254,7 +254,7 @@ impl Filler {
                 length: processed.pieces.iter().map(Bytes::len).sum(),
                 vary,
                 shareable,
-                not_modified: Default::default(),
+                heads: Default::default(),
             })
         });
         let entry = Arc::new(Entry::new(

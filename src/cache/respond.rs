@@ -10,7 +10,7 @@ use http::{Extensions, Response, StatusCode};
 use smallvec::SmallVec;
 use tokio::time::Instant;
 
-use super::entry::Entry;
+use super::entry::{Content, Entry, Gzipped};
 use super::fill::Answered;
 use super::phase::CachePhase;
 use crate::policy::identity::Scope;
@@ -50,7 +50,7 @@ static KEPT_ON_304: [HeaderName; 3] = [
 ];
 
 /// The head of a 304 from an entry's `headers`, for the representation tagged `etag`, marked
-/// as a hit (room left for `Age`).
+/// as a hit, with a place for `Age`.
 fn not_modified_head(headers: &HeaderMap, etag: &HeaderValue) -> HeaderMap {
     let mut head = HeaderMap::with_capacity(KEPT_ON_304.len() + 4);
     for name in &KEPT_ON_304 {
@@ -60,6 +60,9 @@ fn not_modified_head(headers: &HeaderMap, etag: &HeaderValue) -> HeaderMap {
     }
     head.insert(header::ETAG, etag.clone());
     mark_phase(&mut head, CachePhase::Hit);
+    // Its place for `Age`: writing it then replaces a value in the copy instead of growing it
+    // (a copied map has no room to spare).
+    head.insert(header::AGE, HeaderValue::from_static("0"));
     head
 }
 
@@ -83,7 +86,7 @@ pub fn from_entry(
         !caller.if_none_match.is_empty() && if_none_match_matches(&caller.if_none_match, selected);
     if names_this_version && entry.credentials_servable(now) {
         counted.0.not_modified();
-        let head = content.not_modified.get(gzip.is_some(), || {
+        let head = content.heads.not_modified(gzip.is_some(), || {
             not_modified_head(&content.headers, selected)
         });
         let mut r = Response::new(empty());
@@ -92,31 +95,56 @@ pub fn from_entry(
         finish(&mut r, entry, phase, now, case, phase != CachePhase::Hit);
         return r;
     }
-    let mut response = if let Some(gzip) = gzip {
-        let mut r = Response::new(full(gzip.body.clone()));
-        let headers = r.headers_mut();
-        *headers = content.headers.clone();
-        headers.insert(header::ETAG, gzip.etag.clone());
-        headers.insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
-        headers.insert(header::CONTENT_LENGTH, HeaderValue::from(gzip.body.len()));
-        r
-    } else {
-        let served = stage::served(
-            &content.body,
-            content.config_empty,
-            Shape::Table,
-            &caller.policy,
-        );
-        counted.1.served(&served);
-        let mut r = Response::new(pieces(served));
-        let headers = r.headers_mut();
-        *headers = content.headers.clone();
-        headers.insert(header::ETAG, content.etag.clone());
-        headers.insert(header::CONTENT_LENGTH, HeaderValue::from(content.length));
-        r
+    let head = content
+        .heads
+        .full(gzip.is_some(), || full_head(content, gzip));
+    let body = match gzip {
+        Some(gzip) => full(gzip.body.clone()),
+        None => {
+            let served = stage::served(
+                &content.body,
+                content.config_empty,
+                Shape::Table,
+                &caller.policy,
+            );
+            counted.1.served(&served);
+            pieces(served)
+        }
     };
-    finish(&mut response, entry, phase, now, case, true);
+    let mut response = Response::new(body);
+    *response.headers_mut() = head.clone();
+    finish(
+        &mut response,
+        entry,
+        phase,
+        now,
+        case,
+        phase != CachePhase::Hit,
+    );
     response
+}
+
+/// The head of a 200 from an entry's content, in the gzip representation or the identity one,
+/// marked as a hit, with a place for `Age`.
+fn full_head(content: &Content, gzip: Option<&Gzipped>) -> HeaderMap {
+    let mut head = HeaderMap::with_capacity(content.headers.len() + 6);
+    for (name, value) in &content.headers {
+        head.append(name.clone(), value.clone());
+    }
+    match gzip {
+        Some(gzip) => {
+            head.insert(header::ETAG, gzip.etag.clone());
+            head.insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
+            head.insert(header::CONTENT_LENGTH, HeaderValue::from(gzip.body.len()));
+        }
+        None => {
+            head.insert(header::ETAG, content.etag.clone());
+            head.insert(header::CONTENT_LENGTH, HeaderValue::from(content.length));
+        }
+    }
+    mark_phase(&mut head, CachePhase::Hit);
+    head.insert(header::AGE, HeaderValue::from_static("0"));
+    head
 }
 
 /// What every answer from an entry carries beyond its head: its marks (unless the head has
