@@ -17,6 +17,7 @@ use crate::policy::stage::Refusal;
 use crate::replays::Refused as ReplayRefused;
 use crate::wire::body::{empty, full, Body, ReadError};
 use crate::wire::host::HostError;
+use crate::wire::request_id::RequestId;
 
 #[derive(Debug, Error)]
 pub enum ProxyError {
@@ -141,7 +142,7 @@ impl ProxyError {
 
 /// What the log line of a failed request names.
 pub struct Context<'a> {
-    pub request_id: &'a str,
+    pub request_id: &'a RequestId,
     pub peer: SocketAddr,
     pub method: &'a Method,
     pub operation: Operation,
@@ -154,7 +155,7 @@ pub fn respond(error: &ProxyError, context: &Context<'_>) -> Response<Body> {
         ($level:expr, $what:literal) => {
             tracing::event!(
                 $level,
-                request_id = context.request_id,
+                request_id = %context.request_id,
                 peer = %context.peer,
                 method = %context.method,
                 route = context.operation.as_str(),

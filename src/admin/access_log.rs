@@ -8,8 +8,7 @@
 use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use http::{Method, Request, Response, StatusCode, Uri};
@@ -17,10 +16,10 @@ use tokio::time::Instant;
 
 use crate::cache::CachePhase;
 use crate::catalog::route::{operation_of, Operation};
-use crate::origin::X_REQUEST_ID;
 use crate::proxy::Outcome;
 use crate::telemetry::{Label, RequestMetrics};
 use crate::wire::body::Body;
+use crate::wire::request_id::RequestId;
 
 /// A request's cache label: its phase, or `NONE` for one the cache did not answer.
 #[derive(Debug, Clone, Copy)]
@@ -42,7 +41,7 @@ pub struct Entry {
     /// Kept whole (a reference to the bytes hyper read, not a copy) for the line and for the
     /// route of a request that is never answered.
     uri: Uri,
-    id: Arc<str>,
+    id: RequestId,
     metrics: Arc<RequestMetrics>,
 }
 
@@ -52,13 +51,13 @@ impl Entry {
             started: Instant::now(),
             method: request.method().clone(),
             uri: request.uri().clone(),
-            id: request_id(request),
+            id: RequestId::of(request.headers()),
             metrics,
         }
     }
 
     /// The request's id: the client's `X-Request-Id` when it is a sensible token, else a new one.
-    pub fn id(&self) -> &Arc<str> {
+    pub fn id(&self) -> &RequestId {
         &self.id
     }
 
@@ -98,7 +97,7 @@ impl Entry {
             status = status.as_u16(),
             cache = phase,
             reason,
-            request_id = &*self.id,
+            request_id = %self.id,
             duration_ms = elapsed.as_secs_f64() * 1000.0,
             "request"
         );
@@ -138,61 +137,5 @@ where
             entry.answered(&response, &outcome);
         }
         Poll::Ready(Ok(response))
-    }
-}
-
-fn request_id<B>(request: &Request<B>) -> Arc<str> {
-    static NEXT: AtomicU64 = AtomicU64::new(1);
-    static PROCESS: OnceLock<u32> = OnceLock::new();
-    let given = request
-        .headers()
-        .get(&X_REQUEST_ID)
-        .and_then(|v| v.to_str().ok())
-        .filter(|v| {
-            !v.is_empty()
-                && v.len() <= 128
-                && v.bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b"-_.:".contains(&b))
-        });
-    match given {
-        Some(id) => Arc::from(id),
-        None => {
-            let process = *PROCESS.get_or_init(|| {
-                let mut bytes = [0u8; 4];
-                let _ = getrandom::getrandom(&mut bytes);
-                u32::from_le_bytes(bytes)
-            });
-            let n = NEXT.fetch_add(1, Ordering::Relaxed);
-            // `{process:08x}-{n:x}`, without the formatting machinery (every request runs it).
-            let mut id = [0u8; 8 + 1 + 16];
-            hex_into(&mut id[..8], u64::from(process));
-            id[8] = b'-';
-            let digits = (64 - n.leading_zeros()).div_ceil(4).max(1) as usize;
-            hex_into(&mut id[9..9 + digits], n);
-            Arc::from(std::str::from_utf8(&id[..9 + digits]).unwrap_or("0"))
-        }
-    }
-}
-
-/// Writes the low hex digits of `n` into `out`, most significant first, zero padded.
-fn hex_into(out: &mut [u8], mut n: u64) {
-    for byte in out.iter_mut().rev() {
-        *byte = b"0123456789abcdef"[(n & 0xf) as usize];
-        n >>= 4;
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::hex_into;
-
-    #[test]
-    fn hex_digits_are_written_most_significant_first() {
-        let mut out = [0u8; 8];
-        hex_into(&mut out, 0xbeef);
-        assert_eq!(&out, b"0000beef");
-        let mut one = [0u8; 1];
-        hex_into(&mut one, 0);
-        assert_eq!(&one, b"0");
     }
 }

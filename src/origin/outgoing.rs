@@ -179,14 +179,13 @@ mod tests {
     use crate::origin::request::ACCESS_DELEGATION;
     use crate::wire::headers::HOP_BY_HOP;
     use proptest::prelude::*;
-    use std::sync::Arc;
 
     fn how(forwards_delegation: bool, identity_encoding: bool) -> Sending {
         Sending {
             peer: "10.0.0.9:5000".parse().unwrap(),
             proto: "https",
             forwards_delegation,
-            request_id: Arc::from("req-1"),
+            request_id: crate::wire::request_id::RequestId::of(&HeaderMap::new()),
             identity_encoding,
         }
     }

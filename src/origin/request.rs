@@ -4,7 +4,6 @@
 //! identity encoding, or conditional on the catalog's own ETag).
 
 use std::net::SocketAddr;
-use std::sync::Arc;
 
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::uri::{Authority, PathAndQuery, Scheme};
@@ -13,6 +12,7 @@ use thiserror::Error;
 
 use crate::catalog::route::Operation;
 use crate::wire::headers::{forwarded_headers, Forwarded};
+use crate::wire::request_id::RequestId;
 
 pub static ACCESS_DELEGATION: HeaderName = HeaderName::from_static("x-iceberg-access-delegation");
 pub static X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
@@ -67,7 +67,7 @@ pub struct Sending {
     /// Whether the policy lets the catalog be asked to vend credentials.
     pub forwards_delegation: bool,
     /// Sent as `X-Request-Id`.
-    pub request_id: Arc<str>,
+    pub request_id: RequestId,
     /// Whether the answer is read (the policy stage): then it is asked for uncompressed.
     pub identity_encoding: bool,
 }
@@ -144,9 +144,7 @@ pub(super) fn sent_headers(
         },
         &from,
     );
-    if let Ok(id) = HeaderValue::from_str(&how.request_id) {
-        headers.insert(X_REQUEST_ID.clone(), id);
-    }
+    headers.insert(X_REQUEST_ID.clone(), how.request_id.header_value());
     if how.identity_encoding {
         headers.insert(
             header::ACCEPT_ENCODING,
@@ -201,7 +199,7 @@ mod tests {
             peer: "10.0.0.9:5000".parse().unwrap(),
             proto: "http",
             forwards_delegation,
-            request_id: Arc::from("r-1"),
+            request_id: RequestId::of(&HeaderMap::new()),
             identity_encoding: false,
         };
         OriginRequest::new(&parts, &how, Operation::LoadTable, &url()).unwrap()

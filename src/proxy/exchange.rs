@@ -16,6 +16,7 @@ use crate::policy::stage::Shape;
 use crate::policy::{Credentials, Policy};
 use crate::state::State;
 use crate::wire::body::Body;
+use crate::wire::request_id::RequestId;
 
 /// One request, as every part of the handler sees it.
 pub struct Exchange<'a> {
@@ -24,7 +25,7 @@ pub struct Exchange<'a> {
     pub route: Route,
     pub policy: Arc<Policy>,
     pub peer: SocketAddr,
-    pub request_id: &'a Arc<str>,
+    pub request_id: &'a RequestId,
 }
 
 /// An exchange's own parts, apart from what it borrows: what the future that finishes a
@@ -37,7 +38,7 @@ pub struct Admitted {
 }
 
 impl Admitted {
-    pub fn exchange<'a>(self, state: &'a State, request_id: &'a Arc<str>) -> Exchange<'a> {
+    pub fn exchange<'a>(self, state: &'a State, request_id: &'a RequestId) -> Exchange<'a> {
         Exchange {
             state,
             settings: self.settings,

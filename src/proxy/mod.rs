@@ -36,6 +36,7 @@ use crate::state::State;
 use crate::telemetry::replays::ReplayOutcome;
 use crate::wire::body::Body;
 use crate::wire::host::check_host;
+use crate::wire::request_id::RequestId;
 use exchange::{Admitted, Answer, Exchange};
 use relay::forward;
 
@@ -84,7 +85,7 @@ pub fn handle(
     state: Arc<State>,
     request: Request<Incoming>,
     peer: SocketAddr,
-    request_id: Arc<str>,
+    request_id: RequestId,
 ) -> Handled {
     let settings = state.settings();
     let method = request.method().clone();
@@ -158,7 +159,7 @@ impl Ending {
     fn conclude(
         self,
         state: &State,
-        request_id: &Arc<str>,
+        request_id: &RequestId,
         result: Result<Answer, ProxyError>,
     ) -> (Response<Body>, Outcome) {
         let (mut response, phase, reason) = match result {

@@ -1,6 +1,6 @@
 //! What goes on the wire whatever the route: the body type, the host a request names, hop-by-hop
 //! and forwarding headers, entity tags and conditionals, content codings, JSON read the way
-//! the loosest reader does, counts of seconds, and credentials marked sensitive.
+//! the loosest reader does, counts of seconds, request ids, and credentials marked sensitive.
 
 pub mod body;
 pub mod encoding;
@@ -9,5 +9,6 @@ pub mod headers;
 pub mod host;
 pub mod json;
 pub mod json_walk;
+pub mod request_id;
 pub mod seconds;
 pub mod sensitive;
