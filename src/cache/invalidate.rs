@@ -5,7 +5,7 @@
 
 use super::phase::Cause;
 use super::Cache;
-use crate::catalog::names::{loose_namespace, LooseName};
+use crate::catalog::names::{loose_namespace, LooseName, Name};
 use crate::catalog::writes::Touched;
 use crate::coordination::Cover;
 
@@ -65,7 +65,7 @@ impl Cache {
 
     /// `POST /cache/purge`: one table, one namespace, or everything, in every replica; the
     /// prefix, being one of the spellings a catalog may ignore, does not narrow it.
-    pub async fn purge(&self, namespace: Option<&[String]>, table: Option<&str>) -> usize {
+    pub async fn purge(&self, namespace: Option<&[Name]>, table: Option<&str>) -> usize {
         let touched = match (namespace, table) {
             (Some(namespace), Some(table)) if !loose_namespace(namespace).is_empty() => {
                 Touched::Tables(vec![LooseName::new(namespace, table)])

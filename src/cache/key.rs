@@ -7,7 +7,7 @@ use std::sync::Arc;
 use crate::wire::headers::HeaderLookup;
 
 use super::phase::NoCacheReason;
-use crate::catalog::names::TableId;
+use crate::catalog::names::{Namespace, TableId};
 use crate::catalog::route::{decode_component, decode_namespace, Operation, Route};
 use crate::origin::ACCESS_DELEGATION;
 use crate::policy::identity::Scope;
@@ -38,7 +38,7 @@ pub struct CacheKey {
     /// Sorted, deduplicated, lower-cased modes; None when the header is absent.
     pub delegation: Option<String>,
     /// The view chain, each view as its decoded namespace parts and name.
-    pub referenced_by: Option<Vec<Vec<String>>>,
+    pub referenced_by: Option<Vec<Namespace>>,
     pub scope: Scope,
 }
 
@@ -142,9 +142,9 @@ impl CacheKey {
     /// Bytes this key holds (for the memory bound: it is kept in the store and its index).
     pub fn weight(&self) -> usize {
         let table = &self.table;
-        let names = table.namespace.iter().map(String::len).sum::<usize>()
+        let names = table.namespace.iter().map(|p| p.len()).sum::<usize>()
             + table.table.len()
-            + table.prefix.as_ref().map_or(0, String::len);
+            + table.prefix.as_ref().map_or(0, |p| p.len());
         let chain = self
             .referenced_by
             .iter()
@@ -161,7 +161,7 @@ impl CacheKey {
     }
 }
 
-fn canonical_view_chain(raw: &str, separator: &str) -> Option<Vec<Vec<String>>> {
+fn canonical_view_chain(raw: &str, separator: &str) -> Option<Vec<Namespace>> {
     // Commas separate views; a comma inside a name arrives as %2C and survives the split.
     raw.split(',')
         .map(|view| decode_namespace(view, separator).ok())
@@ -345,7 +345,7 @@ mod tests {
             let ka = key(&a, &h).unwrap();
             let kb = key(&b, &h).unwrap();
             prop_assert_eq!(&ka, &kb);
-            prop_assert_eq!(&ka.table.namespace, &ns);
+            prop_assert_eq!(ka.table.namespace.to_vec(), ns);
         }
     }
 }

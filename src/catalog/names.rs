@@ -6,12 +6,22 @@
 
 use std::sync::Arc;
 
+use smallvec::SmallVec;
+use smol_str::SmolStr;
+
+/// One decoded identifier: held inline up to 23 bytes, so naming a table costs no allocation
+/// (every request names one).
+pub type Name = SmolStr;
+
+/// A namespace's decoded parts: most namespaces have one or two.
+pub type Namespace = SmallVec<[Name; 2]>;
+
 /// A table, by decoded identifiers.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct TableId {
-    pub prefix: Option<String>,
-    pub namespace: Vec<String>,
-    pub table: String,
+    pub prefix: Option<Name>,
+    pub namespace: Namespace,
+    pub table: Name,
 }
 
 impl TableId {
@@ -27,7 +37,7 @@ impl TableId {
 pub struct LooseName(Arc<(Vec<String>, String)>);
 
 impl LooseName {
-    pub fn new(namespace: &[String], table: &str) -> LooseName {
+    pub fn new(namespace: &[impl AsRef<str>], table: &str) -> LooseName {
         LooseName(Arc::new((loose_namespace(namespace), fold(table))))
     }
 
@@ -47,10 +57,10 @@ impl LooseName {
 
 /// Namespace parts as every spelling may give them: split on `.`, case folded, empty parts
 /// dropped.
-pub fn loose_namespace(parts: &[String]) -> Vec<String> {
+pub fn loose_namespace(parts: &[impl AsRef<str>]) -> Vec<String> {
     parts
         .iter()
-        .flat_map(|part| part.split('.'))
+        .flat_map(|part| part.as_ref().split('.'))
         .filter(|part| !part.is_empty())
         .map(fold)
         .collect()
@@ -119,12 +129,12 @@ mod tests {
     fn prefix_and_case_do_not_tell_loose_names_apart() {
         let with = TableId {
             prefix: Some("warehouse".into()),
-            namespace: parts(&["DB"]),
+            namespace: parts(&["DB"]).into_iter().map(Name::from).collect(),
             table: "T".into(),
         };
         let without = TableId {
             prefix: None,
-            namespace: parts(&["db"]),
+            namespace: parts(&["db"]).into_iter().map(Name::from).collect(),
             table: "t".into(),
         };
         assert_ne!(with, without);

@@ -7,6 +7,8 @@
 use http::Method;
 use thiserror::Error;
 
+use super::names::{Name, Namespace};
+
 #[derive(Debug, Error, PartialEq, Eq)]
 pub enum RouteError {
     #[error("malformed percent-encoding in path segment {segment:?}")]
@@ -108,10 +110,10 @@ impl Operation {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Route {
     pub operation: Operation,
-    pub prefix: Option<String>,
-    pub namespace: Option<Vec<String>>,
+    pub prefix: Option<Name>,
+    pub namespace: Option<Namespace>,
     /// The table, view or function named by the path, when it names one.
-    pub name: Option<String>,
+    pub name: Option<Name>,
 }
 
 impl Route {
@@ -287,7 +289,7 @@ fn classify_catalog_path(
     };
     Ok(Some(Route {
         operation,
-        prefix: prefix.map(decode_component).transpose()?,
+        prefix: prefix.map(decode_name).transpose()?,
         namespace: namespace
             .map(|raw| decode_namespace(raw, separator))
             .transpose()?,
@@ -297,8 +299,8 @@ fn classify_catalog_path(
 
 /// Splits a namespace path parameter into its decoded parts: on `%1F` and on the advertised
 /// separator, then percent-decodes each part.
-pub fn decode_namespace(raw: &str, separator: &str) -> Result<Vec<String>, RouteError> {
-    let mut parts = Vec::new();
+pub fn decode_namespace(raw: &str, separator: &str) -> Result<Namespace, RouteError> {
+    let mut parts = Namespace::new();
     for unit_part in split_ignore_ascii_case(raw, "%1F") {
         for part in split_ignore_ascii_case(unit_part, separator) {
             parts.push(decode_identifier(part)?);
@@ -307,12 +309,20 @@ pub fn decode_namespace(raw: &str, separator: &str) -> Result<Vec<String>, Route
     Ok(parts)
 }
 
-fn decode_identifier(raw: &str) -> Result<String, RouteError> {
-    let decoded = decode_component(raw)?;
+fn decode_identifier(raw: &str) -> Result<Name, RouteError> {
+    let decoded = decode_name(raw)?;
     if decoded.is_empty() {
         return Err(RouteError::EmptyIdentifier);
     }
     Ok(decoded)
+}
+
+/// `decode_component` into a `Name` (no allocation for a short name without escapes).
+pub fn decode_name(raw: &str) -> Result<Name, RouteError> {
+    if !raw.as_bytes().contains(&b'%') {
+        return Ok(Name::new(raw));
+    }
+    decode_component(raw).map(Name::from)
 }
 
 /// The parts of `haystack` between occurrences of `needle` (ASCII, matched in any case).

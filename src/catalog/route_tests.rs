@@ -8,8 +8,8 @@ fn route(method: Method, path: &str) -> Route {
     classify(&method, path, SEP).expect("classifies")
 }
 
-fn ns(parts: &[&str]) -> Option<Vec<String>> {
-    Some(parts.iter().map(|p| p.to_string()).collect())
+fn ns(parts: &[&str]) -> Option<crate::catalog::names::Namespace> {
+    Some(parts.iter().map(crate::catalog::names::Name::new).collect())
 }
 
 #[test]
@@ -215,7 +215,7 @@ proptest::proptest! {
             &name, percent_encoding::NON_ALPHANUMERIC).to_string();
         let r = classify(&Method::GET, &format!("/v1/namespaces/db/tables/{encoded}"), SEP)
             .unwrap();
-        proptest::prop_assert_eq!(r.name, Some(name));
+        proptest::prop_assert_eq!(r.name.as_deref(), Some(name.as_str()));
     }
 }
 

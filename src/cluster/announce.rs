@@ -91,7 +91,7 @@ mod tests {
 
     #[test]
     fn a_message_says_what_the_write_touched() {
-        let touched = Touched::Tables(vec![LooseName::new(&["a".into(), "b".into()], "t")]);
+        let touched = Touched::Tables(vec![LooseName::new(&["a", "b"], "t")]);
         let message = Message::new("r1", 5, &touched);
         let text = serde_json::to_string(&message).unwrap();
         let back: Message = serde_json::from_str(&text).unwrap();

@@ -112,7 +112,7 @@ mod tests {
             event.change,
             Change {
                 prefixes: vec!["6f1c4d3e-8a2b-11ef-9c1d-7b3f0e2a4c5d".into()],
-                touched: Touched::Tables(vec![LooseName::new(&["a".into(), "b".into()], "t1")]),
+                touched: Touched::Tables(vec![LooseName::new(&["a", "b"], "t1")]),
             }
         );
         assert_eq!(event.made_ms, Some(0x019ad2f13c4e));

@@ -200,7 +200,7 @@ mod tests {
         assert_eq!(event.change.prefixes, vec!["lake".to_owned()]);
         assert_eq!(
             names(&event.change.touched),
-            vec![LooseName::new(&["sales".into(), "eu".into()], "orders")]
+            vec![LooseName::new(&["sales", "eu"], "orders")]
         );
     }
 
@@ -216,10 +216,7 @@ mod tests {
         let event = read(rename.as_bytes(), "{catalog_name}").unwrap();
         assert_eq!(
             names(&event.change.touched),
-            vec![
-                LooseName::new(&["a".into()], "t"),
-                LooseName::new(&["b".into()], "u")
-            ]
+            vec![LooseName::new(&["a"], "t"), LooseName::new(&["b"], "u")]
         );
     }
 
