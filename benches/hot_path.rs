@@ -39,7 +39,7 @@ fn routing_and_key(c: &mut Criterion) {
         b.iter(|| {
             let route = classify(&Method::GET, black_box(PATH), "%1F").expect("route");
             let scope = identity.scope(&headers);
-            CacheKey::for_load(route, Some("snapshots=all"), &headers, "%1F", scope)
+            CacheKey::for_load(route, PATH, Some("snapshots=all"), &headers, "%1F", scope)
         })
     });
 }

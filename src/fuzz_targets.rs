@@ -53,12 +53,20 @@ pub fn key(data: &[u8]) {
     if let Ok(value) = HeaderValue::from_bytes(data) {
         headers.insert("x-iceberg-access-delegation", value);
     }
-    let Ok(route) = classify(&Method::GET, "/v1/namespaces/db/tables/t", "%1F") else {
+    let path = "/v1/namespaces/db/tables/t";
+    let Ok(route) = classify(&Method::GET, path, "%1F") else {
         panic!("a fixed loadTable path classifies");
     };
     let query = format!("referenced-by={}", String::from_utf8_lossy(data));
-    let _ = CacheKey::for_load(route.clone(), Some(&query), &headers, "%1F", Scope::SHARED);
-    let plain = CacheKey::for_load(route, None, &headers, "%1F", Scope::SHARED);
+    let _ = CacheKey::for_load(
+        route.clone(),
+        path,
+        Some(&query),
+        &headers,
+        "%1F",
+        Scope::SHARED,
+    );
+    let plain = CacheKey::for_load(route, path, None, &headers, "%1F", Scope::SHARED);
     assert!(
         plain.is_ok(),
         "a loadTable without a query always has a key"

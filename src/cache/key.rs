@@ -49,6 +49,7 @@ impl CacheKey {
     /// Either way the request bypasses the cache. Views take no parameters at all.
     pub fn for_load(
         route: Route,
+        path: &str,
         query: Option<&str>,
         sent: &impl HeaderLookup,
         separator: &str,
@@ -63,6 +64,12 @@ impl CacheKey {
         let (Some(namespace), Some(table)) = (namespace, name) else {
             return Err(NoCacheReason::UnknownParameter);
         };
+        // Iceberg's Java catalogs read a literal `+` as a space and `%2B` as a plus; Go, axum
+        // and JAX-RS read both as a plus. Decoded, both are one name, so only the literal
+        // spelling is kept: a path with `%2B` is asked alone.
+        if escapes_a_plus(path) {
+            return Err(NoCacheReason::AmbiguousName);
+        }
         let query = query.unwrap_or("");
         // `;` separates parameters for some servers and not for others.
         if query.as_bytes().contains(&b';') {
@@ -161,6 +168,13 @@ impl CacheKey {
     }
 }
 
+/// Whether `path` spells a `+` as `%2B` (in any case).
+fn escapes_a_plus(path: &str) -> bool {
+    path.as_bytes()
+        .windows(3)
+        .any(|w| w[0] == b'%' && w[1] == b'2' && w[2].eq_ignore_ascii_case(&b'b'))
+}
+
 fn canonical_view_chain(raw: &str, separator: &str) -> Option<Vec<Namespace>> {
     // Commas separate views; a comma inside a name arrives as %2C and survives the split.
     raw.split(',')
@@ -205,7 +219,33 @@ mod tests {
         };
         let route = classify(&Method::GET, path, "%1F").unwrap();
         let scope = IdentityHasher::fixed().scope(&HeaderMap::new());
-        CacheKey::for_load(route, query, headers, "%1F", scope)
+        CacheKey::for_load(route, path, query, headers, "%1F", scope)
+    }
+
+    #[test]
+    fn a_plus_spelled_as_percent_2b_anywhere_in_the_path_has_no_key() {
+        let h = HeaderMap::new();
+        for path in [
+            "/v1/p/namespaces/db/tables/a%2Bb",
+            "/v1/p/namespaces/db/tables/a%2bb",
+            "/v1/p/namespaces/d%2Bb/tables/t",
+            "/v1/p%2B/namespaces/db/tables/t",
+            "/v1/p/namespaces/a%1Fb%2B/tables/t",
+        ] {
+            assert_eq!(key(path, &h), Err(NoCacheReason::AmbiguousName), "{path}");
+        }
+    }
+
+    #[test]
+    fn a_literal_plus_keeps_an_entry_of_its_own() {
+        let h = HeaderMap::new();
+        let plus = key("/v1/p/namespaces/db/tables/a+b", &h).unwrap();
+        let space = key("/v1/p/namespaces/db/tables/a%20b", &h).unwrap();
+        assert_eq!(plus.table.table, "a+b");
+        assert_ne!(plus, space);
+        // `%25` followed by `2B` is a percent sign, not a plus.
+        let percent = key("/v1/p/namespaces/db/tables/a%252Bb", &h).unwrap();
+        assert_eq!(percent.table.table, "a%2Bb");
     }
 
     #[test]

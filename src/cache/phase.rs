@@ -92,6 +92,9 @@ pub enum NoCacheReason {
     UnknownParameter,
     /// A query icecache cannot read one way only (a repeated parameter, `;`, bad escapes).
     AmbiguousQuery,
+    /// A path that spells a plus as `%2B`: decoded, it names what a literal `+` names, which
+    /// some catalogs read as a space.
+    AmbiguousName,
     /// Not a 200.
     NotOk,
     /// Not a JSON LoadTableResult in the identity encoding.
@@ -125,6 +128,7 @@ impl NoCacheReason {
         match self {
             NoCacheReason::UnknownParameter => "unknown_parameter",
             NoCacheReason::AmbiguousQuery => "ambiguous_query",
+            NoCacheReason::AmbiguousName => "ambiguous_name",
             NoCacheReason::NotOk => "not_ok",
             NoCacheReason::NotLoadTableResult => "not_load_table_result",
             NoCacheReason::NoStore => "no_store",

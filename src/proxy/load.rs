@@ -179,7 +179,14 @@ pub(super) fn caller_and_key(
         accepts_gzip: accepts_gzip(sent.client_headers()),
     };
     let separator = exchange.state.separator.get();
-    let key = CacheKey::for_load(route, sent.uri.query(), &headers, &separator, key_scope);
+    let key = CacheKey::for_load(
+        route,
+        sent.uri.path(),
+        sent.uri.query(),
+        &headers,
+        &separator,
+        key_scope,
+    );
     (caller, key)
 }
 
