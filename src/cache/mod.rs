@@ -18,6 +18,7 @@ mod authz;
 mod coalesce;
 mod confirmations;
 pub mod decide;
+mod deliver;
 mod entry;
 mod exists;
 mod fill;
@@ -290,20 +291,6 @@ impl Cache {
         }
     }
 
-    fn deliver_or_later(
-        &self,
-        ask: &Ask,
-        entry: Arc<Entry>,
-        phase: CachePhase,
-    ) -> Result<Lookup, Later> {
-        self.deliver_now(ask, &entry, phase)
-            .map_err(|servable| Later::Deliver {
-                entry,
-                phase,
-                servable,
-            })
-    }
-
     /// Finishes a lookup `load_now` could not answer at once.
     pub async fn load_later(self: &Arc<Self>, ask: &Ask, later: Later) -> Result<Lookup, Failure> {
         match later {
@@ -453,160 +440,6 @@ impl Cache {
     fn revalidate_in_background(self: &Arc<Self>, ask: &Ask, stale: Arc<Entry>) {
         if let Joined::Lead(permit) = self.join(ask) {
             self.start(ask, Some(stale), permit);
-        }
-    }
-
-    /// The answer to this request from a fill's outcome.
-    async fn answer(
-        self: &Arc<Self>,
-        ask: &Ask,
-        outcome: &FillOutcome,
-        phase: CachePhase,
-    ) -> Result<Lookup, Failure> {
-        let caller = &ask.caller;
-        let led = phase != CachePhase::Coalesced;
-        match outcome {
-            FillOutcome::Entry(entry) => self.deliver(ask, entry, phase).await,
-            FillOutcome::Answer(answer)
-                if !led
-                    && (!answer.shareable_with(&caller.scope, caller.policy.identity)
-                        || !answer.vary.matches(&ask.request.as_filled())) =>
-            {
-                // Made with another caller's credentials: it says nothing about this caller,
-                // who asks for itself.
-                let reason = answer.reason;
-                self.bypass(
-                    ask.request.fill_request(),
-                    caller.clone(),
-                    ask.settings.clone(),
-                    reason,
-                )
-                .await
-            }
-            FillOutcome::Answer(answer) => {
-                // An answer that is not stored is a bypass for the request that fetched it.
-                let phase = match phase {
-                    CachePhase::Coalesced => CachePhase::Coalesced,
-                    _ => CachePhase::Bypass,
-                };
-                Ok(self.served_answer(answer, phase, caller))
-            }
-            FillOutcome::TooLarge => Ok(Lookup::Stream(NoCacheReason::TooLarge)),
-            FillOutcome::Failed(e) => Err(Failure {
-                phase,
-                error: CacheError::Origin(e.clone()),
-            }),
-            FillOutcome::Refused(r) => Err(Failure {
-                phase,
-                error: CacheError::Refused(r.clone()),
-            }),
-        }
-    }
-
-    /// The answer to a request from an outcome produced for it alone.
-    fn answer_own(
-        &self,
-        caller: &Caller,
-        outcome: FillOutcome,
-        phase: CachePhase,
-    ) -> Result<Lookup, Failure> {
-        match outcome {
-            FillOutcome::Entry(entry) => Ok(Lookup::Served {
-                response: respond::from_entry(&entry, phase, caller, self.counted(), &self.case),
-                phase,
-                reason: None,
-            }),
-            FillOutcome::Answer(answer) => Ok(self.served_answer(&answer, phase, caller)),
-            FillOutcome::TooLarge => Ok(Lookup::Stream(NoCacheReason::TooLarge)),
-            FillOutcome::Failed(e) => Err(Failure {
-                phase,
-                error: CacheError::Origin(e),
-            }),
-            FillOutcome::Refused(r) => Err(Failure {
-                phase,
-                error: CacheError::Refused(r),
-            }),
-        }
-    }
-
-    fn served_answer(&self, answer: &fill::Answered, phase: CachePhase, caller: &Caller) -> Lookup {
-        self.metrics.bypassed(answer.reason);
-        Lookup::Served {
-            response: respond::from_answer(answer, phase, caller, self.counted(), &self.case),
-            phase,
-            reason: Some(answer.reason),
-        }
-    }
-
-    /// Serves an entry to a caller that may have it: under `revalidate`, a caller not yet
-    /// confirmed for this entry is first checked upstream with its own credentials.
-    async fn deliver(
-        self: &Arc<Self>,
-        ask: &Ask,
-        entry: &Arc<Entry>,
-        phase: CachePhase,
-    ) -> Result<Lookup, Failure> {
-        match self.deliver_now(ask, entry, phase) {
-            Ok(lookup) => Ok(lookup),
-            Err(servable) => self.deliver_later(ask, entry, phase, servable).await,
-        }
-    }
-
-    /// The entry's answer when this caller may have it as it is; else why it may not.
-    fn deliver_now(
-        &self,
-        ask: &Ask,
-        entry: &Arc<Entry>,
-        phase: CachePhase,
-    ) -> Result<Lookup, Servable> {
-        let caller = &ask.caller;
-        let servable = entry.servable_to(
-            &ask.request.as_filled(),
-            caller.policy.identity,
-            caller.scope,
-            &self.confirmations,
-        );
-        match servable {
-            Servable::Yes => Ok(Lookup::Served {
-                response: respond::from_entry(entry, phase, caller, self.counted(), &self.case),
-                phase,
-                reason: None,
-            }),
-            servable => Err(servable),
-        }
-    }
-
-    /// Serves an entry the caller may not have as it is.
-    async fn deliver_later(
-        self: &Arc<Self>,
-        ask: &Ask,
-        entry: &Arc<Entry>,
-        phase: CachePhase,
-        servable: Servable,
-    ) -> Result<Lookup, Failure> {
-        match servable {
-            Servable::Yes => Ok(Lookup::Served {
-                response: respond::from_entry(
-                    entry,
-                    phase,
-                    &ask.caller,
-                    self.counted(),
-                    &self.case,
-                ),
-                phase,
-                reason: None,
-            }),
-            // Fetched for a request that differed in a header the catalog varies on.
-            Servable::OtherVariant => {
-                Box::pin(self.bypass(
-                    ask.request.fill_request(),
-                    ask.caller.clone(),
-                    ask.settings.clone(),
-                    NoCacheReason::Vary,
-                ))
-                .await
-            }
-            Servable::Unconfirmed => Box::pin(self.authorize(ask, entry)).await,
         }
     }
 
