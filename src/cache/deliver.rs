@@ -138,12 +138,18 @@ impl Cache {
             &self.confirmations,
         );
         match servable {
-            Servable::Yes => Ok(Lookup::Served {
-                response: respond::from_entry(entry, phase, caller, self.counted(), &self.case),
-                phase,
-                reason: None,
-            }),
+            Servable::Yes => Ok(self.served_entry(ask, entry, phase)),
             servable => Err(servable),
+        }
+    }
+
+    /// The entry's answer to a caller that may have it.
+    fn served_entry(&self, ask: &Ask, entry: &Entry, phase: CachePhase) -> Lookup {
+        let response = respond::from_entry(entry, phase, &ask.caller, self.counted(), &self.case);
+        Lookup::Served {
+            response,
+            phase,
+            reason: None,
         }
     }
 
@@ -156,17 +162,8 @@ impl Cache {
         servable: Servable,
     ) -> Result<Lookup, Failure> {
         match servable {
-            Servable::Yes => Ok(Lookup::Served {
-                response: respond::from_entry(
-                    entry,
-                    phase,
-                    &ask.caller,
-                    self.counted(),
-                    &self.case,
-                ),
-                phase,
-                reason: None,
-            }),
+            // `deliver_now` answers these; one that reaches here is served all the same.
+            Servable::Yes => Ok(self.served_entry(ask, entry, phase)),
             // Fetched for a request that differed in a header the catalog varies on.
             Servable::OtherVariant => {
                 Box::pin(self.bypass(

@@ -59,9 +59,13 @@ fn not_modified_head(headers: &HeaderMap, etag: &HeaderValue) -> HeaderMap {
         }
     }
     head.insert(header::ETAG, etag.clone());
+    kept_head(head)
+}
+
+/// A head as an entry keeps it: marked as a hit, with its place for `Age` (writing `Age` then
+/// replaces a value in a copy instead of growing it: a copied map has no room to spare).
+fn kept_head(mut head: HeaderMap) -> HeaderMap {
     mark_phase(&mut head, CachePhase::Hit);
-    // Its place for `Age`: writing it then replaces a value in the copy instead of growing it
-    // (a copied map has no room to spare).
     head.insert(header::AGE, HeaderValue::from_static("0"));
     head
 }
@@ -142,9 +146,7 @@ fn full_head(content: &Content, gzip: Option<&Gzipped>) -> HeaderMap {
             head.insert(header::CONTENT_LENGTH, HeaderValue::from(content.length));
         }
     }
-    mark_phase(&mut head, CachePhase::Hit);
-    head.insert(header::AGE, HeaderValue::from_static("0"));
-    head
+    kept_head(head)
 }
 
 /// What every answer from an entry carries beyond its head: its marks (unless the head has

@@ -85,11 +85,22 @@ async fn read_answer(
     (head, got)
 }
 
-/// A connection whose receive buffer is fixed at 256 KiB (the kernel doubles it).
-async fn small_buffer_connection(address: &str) -> TcpStream {
+/// A connection whose receive buffer is fixed at `bytes` (the kernel doubles it).
+async fn small_buffer_connection(address: &str, bytes: u32) -> TcpStream {
     let socket = tokio::net::TcpSocket::new_v4().unwrap();
-    socket.set_recv_buffer_size(256 << 10).unwrap();
+    socket.set_recv_buffer_size(bytes).unwrap();
     socket.connect(address.parse().unwrap()).await.unwrap()
+}
+
+/// The next request on a kept-alive HTTP/1.1 connection is answered.
+async fn next_request_is_answered(h1: &mut TcpStream, address: &str) {
+    h1.write_all(get(address, "small", "").as_bytes())
+        .await
+        .unwrap();
+    let (head, _) = tokio::time::timeout(PATIENCE, read_answer(h1, None, 0))
+        .await
+        .expect("an answer to the next request");
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
 }
 
 /// One whose answer takes longer than the idle timeout is answered in full, over either
@@ -164,7 +175,7 @@ async fn a_long_download_keeps_its_connection_for_the_next_request() {
     // buffer is fixed and small: left to grow (up to `tcp_rmem`'s maximum, 32 MiB on some
     // machines), the kernel would take the rest of the answer while it is still read slowly,
     // and the connection would rightly be idle from then on (see the README's limits).
-    let mut h1 = small_buffer_connection(&address).await;
+    let mut h1 = small_buffer_connection(&address, 256 << 10).await;
     h1.write_all(get(&address, "big", "").as_bytes())
         .await
         .unwrap();
@@ -187,13 +198,7 @@ async fn a_long_download_keeps_its_connection_for_the_next_request() {
     assert!(head.starts_with("HTTP/1.1 200"), "{head}");
     assert!(length > 24 << 20);
     assert!(started.elapsed() > Duration::from_secs(3), "not slow");
-    h1.write_all(get(&address, "small", "").as_bytes())
-        .await
-        .unwrap();
-    let (head, _) = tokio::time::timeout(PATIENCE, read_answer(&mut h1, None, 0))
-        .await
-        .expect("an answer to the next request");
-    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    next_request_is_answered(&mut h1, &address).await;
 
     // HTTP/2: stream 1 read slowly; another stream opened 2 s in is answered (its body is
     // never read: it holds up to its stream window of the connection's). The stream windows
@@ -535,9 +540,7 @@ async fn a_slow_steady_reader_gets_the_whole_answer_and_keeps_its_connection() {
     let flags = ["--idle-timeout", "1s", "--cache-max-entry-bytes", "64MiB"];
     let icecache = Icecache::start(&catalog.url, &flags).await;
     let address = icecache.url.trim_start_matches("http://").to_owned();
-    let socket = tokio::net::TcpSocket::new_v4().unwrap();
-    socket.set_recv_buffer_size(4096).unwrap();
-    let mut h1 = socket.connect(address.parse().unwrap()).await.unwrap();
+    let mut h1 = small_buffer_connection(&address, 4096).await;
     h1.write_all(get(&address, "big", "").as_bytes())
         .await
         .unwrap();
@@ -552,13 +555,7 @@ async fn a_slow_steady_reader_gets_the_whole_answer_and_keeps_its_connection() {
     assert!(head.starts_with("HTTP/1.1 200"), "{head}");
     assert!(length > 3 << 20);
     assert!(started.elapsed() > Duration::from_secs(2), "not slow");
-    h1.write_all(get(&address, "small", "").as_bytes())
-        .await
-        .unwrap();
-    let (head, _) = tokio::time::timeout(PATIENCE, read_answer(&mut h1, None, 0))
-        .await
-        .expect("an answer to the next request");
-    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    next_request_is_answered(&mut h1, &address).await;
 }
 
 /// A request head whose first byte has come is bounded by the head-read timeout, not by the
