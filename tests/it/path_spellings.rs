@@ -107,3 +107,30 @@ async fn a_commit_to_a_name_go_folds_onto_another_invalidates_the_other() {
         assert_ne!(before, after, "a commit to {written} left {loaded} stale");
     }
 }
+
+#[tokio::test]
+async fn a_plus_escaped_as_percent_2b_is_never_served_the_literal_plus_entry() {
+    // A catalog that reads `+` as a space holds three tables here: `a+b` ("a b"), and `a%2Bb`
+    // and `a%2bb` ("a+b", kept apart by the stand-in), each at its own version.
+    let (catalog, icecache) = setup(&["a+b", "a%2Bb", "a%2bb"]).await;
+    let upper = catalog.commit_directly("a%2Bb");
+    catalog.commit_directly("a%2bb");
+    let lower = catalog.commit_directly("a%2bb");
+    let plus = version(&icecache, &format!("{TABLES}/a+b")).await;
+    for (escaped, expected) in [("a%2Bb", upper), ("a%2bb", lower)] {
+        for _ in 0..2 {
+            let response = get(&icecache, &format!("{TABLES}/{escaped}")).await;
+            assert_eq!(response.headers()["x-cache"], "BYPASS", "{escaped}");
+            let body = response.json::<Value>().await.unwrap();
+            assert_eq!(version_of(&body), Some(expected), "{escaped}");
+        }
+        assert_eq!(
+            fetches(&catalog, &format!("/{escaped}")),
+            2,
+            "{escaped} was cached"
+        );
+    }
+    // The literal spelling keeps its own entry, untouched by the others.
+    assert_eq!(version(&icecache, &format!("{TABLES}/a+b")).await, plus);
+    assert_eq!(fetches(&catalog, "/a+b"), 1);
+}
