@@ -170,9 +170,12 @@ impl CacheKey {
 
 /// Whether `path` spells a `+` as `%2B` (in any case).
 fn escapes_a_plus(path: &str) -> bool {
-    path.as_bytes()
-        .windows(3)
-        .any(|w| w[0] == b'%' && w[1] == b'2' && w[2].eq_ignore_ascii_case(&b'b'))
+    let bytes = path.as_bytes();
+    // Most paths have no escape at all: one fast scan for `%` (every load runs this).
+    bytes.contains(&b'%')
+        && bytes
+            .windows(3)
+            .any(|w| w[0] == b'%' && w[1] == b'2' && w[2].eq_ignore_ascii_case(&b'b'))
 }
 
 fn canonical_view_chain(raw: &str, separator: &str) -> Option<Vec<Namespace>> {
