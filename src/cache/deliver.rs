@@ -13,8 +13,9 @@ impl Cache {
         ask: &Ask,
         entry: Arc<Entry>,
         phase: CachePhase,
+        now: Instant,
     ) -> Result<Lookup, Later> {
-        self.deliver_now(ask, &entry, phase)
+        self.deliver_now(ask, &entry, phase, now)
             .map_err(|servable| Later::Deliver {
                 entry,
                 phase,
@@ -78,7 +79,14 @@ impl Cache {
     ) -> Result<Lookup, Failure> {
         match outcome {
             FillOutcome::Entry(entry) => Ok(Lookup::Served {
-                response: respond::from_entry(&entry, phase, caller, self.counted(), &self.case),
+                response: respond::from_entry(
+                    &entry,
+                    phase,
+                    caller,
+                    self.counted(),
+                    &self.case,
+                    Instant::now(),
+                ),
                 phase,
                 reason: None,
             }),
@@ -117,18 +125,19 @@ impl Cache {
         entry: &Arc<Entry>,
         phase: CachePhase,
     ) -> Result<Lookup, Failure> {
-        match self.deliver_now(ask, entry, phase) {
+        match self.deliver_now(ask, entry, phase, Instant::now()) {
             Ok(lookup) => Ok(lookup),
             Err(servable) => self.deliver_later(ask, entry, phase, servable).await,
         }
     }
 
-    /// The entry's answer when this caller may have it as it is; else why it may not.
+    /// The entry's answer at `now` when this caller may have it as it is; else why it may not.
     pub(super) fn deliver_now(
         &self,
         ask: &Ask,
         entry: &Arc<Entry>,
         phase: CachePhase,
+        now: Instant,
     ) -> Result<Lookup, Servable> {
         let caller = &ask.caller;
         let servable = entry.servable_to(
@@ -138,14 +147,15 @@ impl Cache {
             &self.confirmations,
         );
         match servable {
-            Servable::Yes => Ok(self.served_entry(ask, entry, phase)),
+            Servable::Yes => Ok(self.served_entry(ask, entry, phase, now)),
             servable => Err(servable),
         }
     }
 
-    /// The entry's answer to a caller that may have it.
-    fn served_entry(&self, ask: &Ask, entry: &Entry, phase: CachePhase) -> Lookup {
-        let response = respond::from_entry(entry, phase, &ask.caller, self.counted(), &self.case);
+    /// The entry's answer at `now` to a caller that may have it.
+    fn served_entry(&self, ask: &Ask, entry: &Entry, phase: CachePhase, now: Instant) -> Lookup {
+        let response =
+            respond::from_entry(entry, phase, &ask.caller, self.counted(), &self.case, now);
         Lookup::Served {
             response,
             phase,
@@ -163,7 +173,7 @@ impl Cache {
     ) -> Result<Lookup, Failure> {
         match servable {
             // `deliver_now` answers these; one that reaches here is served all the same.
-            Servable::Yes => Ok(self.served_entry(ask, entry, phase)),
+            Servable::Yes => Ok(self.served_entry(ask, entry, phase, Instant::now())),
             // Fetched for a request that differed in a header the catalog varies on.
             Servable::OtherVariant => {
                 Box::pin(self.bypass(

@@ -27,7 +27,7 @@ impl Cache {
         forms.iter().any(|form| {
             let mut key = ask.key.clone();
             key.form = *form;
-            let Some(entry) = self.store.get(&key, caller.policy.generation) else {
+            let Some(entry) = self.store.get(&key, caller.policy.generation, now) else {
                 return false;
             };
             let seen = self.held(ask, &entry, now);

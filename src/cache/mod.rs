@@ -270,16 +270,17 @@ impl Cache {
         ask.coordination = self.tier.coordinate();
         let ask = &*ask;
         let now = Instant::now();
-        let held = self.store.get(&ask.key, ask.caller.policy.generation);
+        // One clock reading for the whole lookup: a hit is answered before it could move on.
+        let held = self.store.get(&ask.key, ask.caller.policy.generation, now);
         let seen = held.map(|entry| {
             let facts = self.held(ask, &entry, now);
             (entry, facts)
         });
         match decide(seen, ask.windows(), now) {
-            Decision::Serve(entry) => self.deliver_or_later(ask, entry, CachePhase::Hit),
+            Decision::Serve(entry) => self.deliver_or_later(ask, entry, CachePhase::Hit, now),
             Decision::ServeStale(entry) => {
                 self.revalidate_in_background(ask, entry.clone());
-                self.deliver_or_later(ask, entry, CachePhase::Stale)
+                self.deliver_or_later(ask, entry, CachePhase::Stale, now)
             }
             Decision::Fill {
                 revalidating,
@@ -362,7 +363,7 @@ impl Cache {
                     // A fill that ended between this request's lookup and taking the lock has
                     // stored its entry: serve that rather than ask the catalog again.
                     if stale.is_none() {
-                        if let Some(entry) = self.store.get(&ask.key, generation) {
+                        if let Some(entry) = self.store.get(&ask.key, generation, Instant::now()) {
                             let outcome = Arc::new(FillOutcome::Entry(entry));
                             permit.complete(outcome.clone());
                             return Ok((outcome, false));

@@ -70,16 +70,16 @@ fn kept_head(mut head: HeaderMap) -> HeaderMap {
     head
 }
 
-/// The answer to `caller` from `entry`. Never a 304 without `If-None-Match`, nor one that would
-/// confirm credentials past their window.
+/// The answer to `caller` from `entry` at `now`. Never a 304 without `If-None-Match`, nor one
+/// that would confirm credentials past their window.
 pub fn from_entry(
     entry: &Entry,
     phase: CachePhase,
     caller: &Caller,
     counted: (&CacheMetrics, &Stage),
     case: &Extensions,
+    now: Instant,
 ) -> Response<Body> {
-    let now = Instant::now();
     let content = &entry.content;
     let gzip = content.gzip.as_ref().filter(|_| caller.accepts_gzip);
     // The tag of the representation this request would get (RFC 9110 §13.1.2): a 304 carries

@@ -63,10 +63,9 @@ impl Store {
         Store { entries, tables }
     }
 
-    /// The entry for `key` if it may be served under `policy_generation`: not invalidated,
-    /// filled under that policy, and its credentials (if any) not about to expire.
-    pub fn get(&self, key: &CacheKey, policy_generation: u64) -> Option<Arc<Entry>> {
-        let now = Instant::now();
+    /// The entry for `key` if it may be served under `policy_generation` at `now`: not
+    /// invalidated, filled under that policy, and its credentials (if any) not about to expire.
+    pub fn get(&self, key: &CacheKey, policy_generation: u64, now: Instant) -> Option<Arc<Entry>> {
         self.entries
             .get(key)
             .filter(|entry| entry.policy_generation == policy_generation && entry.is_current(now))
