@@ -250,7 +250,7 @@ pub async fn run(
     let admin_state = state.clone();
     server::serve(admin_listener, None, limits, shutdown, move |_peer| {
         let state = admin_state.clone();
-        tower::service_fn(move |request| {
+        hyper::service::service_fn(move |request| {
             let state = state.clone();
             async move { Ok(admin::handle(state, request).await) }
         })
@@ -287,7 +287,10 @@ async fn serve_proxy(
     let sensitive: Arc<[http::HeaderName]> = state.settings().identity_headers.clone().into();
     server::serve(listener, acceptor, limits, shutdown, move |peer| {
         let (state, sensitive) = (state.clone(), sensitive.clone());
-        tower::service_fn(move |mut request: http::Request<hyper::body::Incoming>| {
+        // hyper's service calls this as soon as it has read the head (tower's would wait for
+        // the first poll of its future): a hit is answered, and its request dropped, before the
+        // connection reads on.
+        hyper::service::service_fn(move |mut request: http::Request<hyper::body::Incoming>| {
             // Credentials are marked sensitive before anything could log them.
             crate::wire::sensitive::mark(request.headers_mut(), &sensitive);
             // Every request is logged once, answered or not, under the id the catalog is sent.

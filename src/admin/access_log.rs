@@ -16,7 +16,7 @@ use tokio::time::Instant;
 
 use crate::cache::CachePhase;
 use crate::catalog::route::{operation_of, Operation};
-use crate::proxy::Outcome;
+use crate::proxy::{Handled, Outcome};
 use crate::telemetry::{Label, RequestMetrics};
 use crate::wire::body::Body;
 use crate::wire::request_id::RequestId;
@@ -61,12 +61,19 @@ impl Entry {
         &self.id
     }
 
-    /// Counts and logs the request around the future that answers it.
-    pub fn around<F>(self, answer: F) -> Logged<F> {
-        Logged {
-            answer,
-            entry: Some(self),
-        }
+    /// Counts and logs the request around the handler's answer: at once when it is ready (a
+    /// hit), so that nothing holds the bytes hyper read the request into while the connection
+    /// reads on (hyper then reuses its buffer instead of reserving a new one); else when its
+    /// future ends, or is dropped unanswered.
+    pub fn around(self, answer: Handled) -> Logged {
+        let entry = match answer.answered() {
+            Some((response, outcome)) => {
+                self.answered(response, outcome);
+                None
+            }
+            None => Some(self),
+        };
+        Logged { answer, entry }
     }
 
     fn answered(self, response: &Response<Body>, outcome: &Outcome) {
@@ -109,13 +116,13 @@ pin_project_lite::pin_project! {
     /// unanswered. A future of its own rather than an `async` block: a block that awaits the
     /// future it captured keeps two copies of it (the handler's is about 4 KB), and could not
     /// tell a drop from an end.
-    pub struct Logged<F> {
+    pub struct Logged {
         #[pin]
-        answer: F,
+        answer: Handled,
         entry: Option<Entry>,
     }
 
-    impl<F> PinnedDrop for Logged<F> {
+    impl PinnedDrop for Logged {
         fn drop(this: Pin<&mut Self>) {
             if let Some(entry) = this.project().entry.take() {
                 entry.abandoned();
@@ -124,10 +131,7 @@ pin_project_lite::pin_project! {
     }
 }
 
-impl<F> Future for Logged<F>
-where
-    F: Future<Output = (Response<Body>, Outcome)>,
-{
+impl Future for Logged {
     type Output = Result<Response<Body>, Infallible>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {

@@ -34,9 +34,9 @@ use bytes::Bytes;
 use http::{Request, Response};
 use http_body::{Frame, SizeHint};
 use hyper::body::Incoming;
+use hyper::service::Service;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::Instant;
-use tower::Service;
 
 use crate::wire::body::{Body, BoxError};
 
@@ -328,11 +328,7 @@ where
     type Error = Infallible;
     type Future = Answering<S::Future>;
 
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, request: Request<Incoming>) -> Self::Future {
+    fn call(&self, request: Request<Incoming>) -> Self::Future {
         let in_flight = InFlight::start(&self.activity);
         Answering {
             answer: self.inner.call(request),

@@ -11,14 +11,13 @@ use std::time::Duration;
 
 use http::{Request, Response};
 use hyper::body::Incoming;
+use hyper::service::Service;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use hyper_util::service::TowerToHyperService;
 use tokio::io::{AsyncRead, AsyncWrite, Interest};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, Semaphore};
 use tokio::time::Instant;
 use tokio_rustls::TlsAcceptor;
-use tower::Service;
 
 use super::activity::{Activity, Counted, Watched};
 use super::kernel_queue::KernelQueue;
@@ -116,10 +115,7 @@ pub async fn serve<M, S>(
     make_service: M,
 ) where
     M: Fn(SocketAddr) -> S,
-    S: Service<Request<Incoming>, Response = Response<Body>, Error = Infallible>
-        + Clone
-        + Send
-        + 'static,
+    S: Service<Request<Incoming>, Response = Response<Body>, Error = Infallible> + Send + 'static,
     S::Future: Send + 'static,
 {
     let protocols = Arc::new(Protocols::new(&limits));
@@ -210,14 +206,11 @@ async fn serve_io<I, S>(
 ) -> Result<(), hyper::Error>
 where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-    S: Service<Request<Incoming>, Response = Response<Body>, Error = Infallible>
-        + Clone
-        + Send
-        + 'static,
+    S: Service<Request<Incoming>, Response = Response<Body>, Error = Infallible> + Send + 'static,
     S::Future: Send + 'static,
 {
     let activity = Activity::new();
-    let service = TowerToHyperService::new(Counted::new(service, activity.clone(), h2));
+    let service = Counted::new(service, activity.clone(), h2);
     let io = TokioIo::new(Watched::new(io, activity.clone(), !h2));
     if h2 {
         let connection = protocols.http2.serve_connection(io, service);

@@ -66,6 +66,14 @@ impl Handled {
     ) -> Handled {
         Handled::Pending(Box::pin(future))
     }
+
+    /// The answer, when it is ready without waiting.
+    pub fn answered(&self) -> Option<(&Response<Body>, &Outcome)> {
+        match self {
+            Handled::Ready(Some((response, outcome))) => Some((response, outcome)),
+            _ => None,
+        }
+    }
 }
 
 impl Future for Handled {
