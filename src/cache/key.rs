@@ -2,8 +2,6 @@
 //! request as it is sent to the catalog (after hop-by-hop headers and the policy's delegation
 //! rule), so the key and the catalog never disagree about what was asked.
 
-use std::sync::Arc;
-
 use crate::wire::headers::HeaderLookup;
 
 use super::phase::NoCacheReason;
@@ -33,7 +31,9 @@ impl Form {
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct CacheKey {
-    pub table: Arc<TableId>,
+    /// Held inline: a hit builds its key without allocating (names of up to 23 bytes are
+    /// inline too).
+    pub table: TableId,
     pub form: Form,
     /// Sorted, deduplicated, lower-cased modes; None when the header is absent.
     pub delegation: Option<String>,
@@ -103,11 +103,11 @@ impl CacheKey {
             }
         }
         Ok(CacheKey {
-            table: Arc::new(TableId {
+            table: TableId {
                 prefix,
                 namespace,
                 table,
-            }),
+            },
             form: if view {
                 Form::View
             } else {
@@ -160,7 +160,6 @@ impl CacheKey {
             .map(|p| p.len() + 24)
             .sum::<usize>();
         std::mem::size_of::<Self>()
-            + std::mem::size_of::<TableId>()
             + names
             + 24 * (table.namespace.len() + 2)
             + self.delegation.as_ref().map_or(0, String::len)
