@@ -30,7 +30,9 @@ pub enum Served {
     Later(Box<Rest>),
 }
 
-/// What is left of a load that could not be answered at once.
+/// What is left of a load that could not be answered at once. Only ever boxed (`Served::Later`),
+/// so a variant larger than the others costs no memory beside them.
+#[allow(clippy::large_enum_variant)]
 pub enum Rest {
     /// Streamed from the catalog as it comes.
     Stream {
