@@ -143,3 +143,63 @@ impl Future for Logged {
         Poll::Ready(Ok(response))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::telemetry::Metrics;
+    use crate::wire::body::empty;
+
+    fn count(metrics: &Metrics, status: &str, cache: &str) -> String {
+        let series = format!(
+            "icecache_requests_total{{cache=\"{cache}\",route=\"load_table\",status=\"{status}\"}} "
+        );
+        metrics
+            .render()
+            .lines()
+            .find_map(|line| line.strip_prefix(series.as_str()).map(str::to_owned))
+            .unwrap_or_else(|| "absent".to_owned())
+    }
+
+    fn load() -> Request<()> {
+        Request::get("/v1/p/namespaces/db/tables/t")
+            .body(())
+            .unwrap()
+    }
+
+    fn hit() -> (Response<Body>, Outcome) {
+        let outcome = Outcome {
+            operation: Operation::LoadTable,
+            phase: Some(CachePhase::Hit),
+            reason: None,
+        };
+        (Response::new(empty()), outcome)
+    }
+
+    #[test]
+    fn an_answer_ready_at_once_is_counted_before_anything_polls_it() {
+        let metrics = Metrics::new();
+        let entry = Entry::begin(&load(), metrics.requests.clone());
+        let _logged = entry.around(Handled::Ready(Some(hit())));
+        assert_eq!(count(&metrics, "200", "HIT"), "1");
+    }
+
+    #[test]
+    fn an_answer_ready_at_once_is_not_counted_again_when_its_connection_drops_it() {
+        let metrics = Metrics::new();
+        let entry = Entry::begin(&load(), metrics.requests.clone());
+        drop(entry.around(Handled::Ready(Some(hit()))));
+        assert_eq!(count(&metrics, "200", "HIT"), "1");
+        assert_eq!(count(&metrics, "499", "NONE"), "absent");
+    }
+
+    #[test]
+    fn an_answer_that_waits_is_counted_abandoned_when_dropped_first() {
+        let metrics = Metrics::new();
+        let entry = Entry::begin(&load(), metrics.requests.clone());
+        let waiting = entry.around(Handled::Pending(Box::pin(std::future::pending())));
+        assert_eq!(count(&metrics, "499", "NONE"), "absent");
+        drop(waiting);
+        assert_eq!(count(&metrics, "499", "NONE"), "1");
+    }
+}
