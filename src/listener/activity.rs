@@ -72,6 +72,8 @@ pub struct Activity {
     /// When an HTTP/2 write last moved more than control frames: a parked answer whose
     /// client still takes bytes is waiting on the protocol's send buffer, not on the client.
     moved_ms: AtomicU64,
+    /// Set when an answer has to wait (a hit never does), for the connection's watch.
+    waits: AtomicBool,
 }
 
 impl Activity {
@@ -87,6 +89,7 @@ impl Activity {
             parked: AtomicUsize::new(0),
             parked_ms: AtomicU64::new(0),
             moved_ms: AtomicU64::new(0),
+            waits: AtomicBool::new(false),
         })
     }
 
@@ -172,6 +175,18 @@ impl Activity {
         {
             self.head_ms.store(now, Ordering::Relaxed);
         }
+    }
+
+    /// Whether a request is in flight: arrived, and its answer not yet wholly handed over.
+    pub fn answering(&self) -> bool {
+        self.in_flight.load(Ordering::Acquire) > 0
+    }
+
+    /// Whether an answer on this connection has had to wait since this was last asked. Over
+    /// HTTP/1.1 an answer is polled within the connection's own task, so a watch that asks
+    /// right after polling the connection learns of it in the same pass, with no wake needed.
+    pub fn an_answer_waited(&self) -> bool {
+        self.waits.load(Ordering::Relaxed) && self.waits.swap(false, Ordering::Relaxed)
     }
 
     /// Since when a request head has been arriving without being whole, if one is.
@@ -334,6 +349,7 @@ where
             answer: self.inner.call(request),
             in_flight: Some(in_flight),
             h2: self.h2,
+            told: false,
         }
     }
 }
@@ -346,6 +362,8 @@ pin_project_lite::pin_project! {
         answer: F,
         in_flight: Option<InFlight>,
         h2: bool,
+        // Whether the connection's watch was told this answer waits.
+        told: bool,
     }
 }
 
@@ -357,7 +375,14 @@ where
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
-        let Ok(response) = std::task::ready!(this.answer.poll(cx));
+        let Poll::Ready(Ok(response)) = this.answer.poll(cx) else {
+            if !std::mem::replace(this.told, true) {
+                if let Some(in_flight) = this.in_flight.as_ref() {
+                    in_flight.0.waits.store(true, Ordering::Relaxed);
+                }
+            }
+            return Poll::Pending;
+        };
         let (in_flight, h2) = (this.in_flight.take(), *this.h2);
         Poll::Ready(Ok(response.map(|body| Tracked::new(body, in_flight, h2))))
     }

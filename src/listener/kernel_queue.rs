@@ -45,6 +45,13 @@ impl KernelQueue {
             seen.0 = mark;
         }
     }
+
+    /// Whether the client has closed its side (or reset the connection) while nothing of it is
+    /// left unread in the kernel: what HTTP/1.1 cannot see while it holds bytes the client sent
+    /// after a request's head, since it reads no further until that request is answered.
+    pub fn client_left(&self) -> bool {
+        self.fd.is_some_and(closed_by_peer)
+    }
 }
 
 /// The decision alone: against a look taken at the same mark, a smaller queue; with none to
@@ -69,6 +76,35 @@ fn unsent_bytes(fd: RawFd) -> Option<u32> {
 #[cfg(not(target_os = "linux"))]
 fn unsent_bytes(_fd: RawFd) -> Option<u32> {
     None
+}
+
+#[cfg(target_os = "linux")]
+fn closed_by_peer(fd: RawFd) -> bool {
+    let mut byte = 0u8;
+    // SAFETY: a peek of at most one byte into a local byte, without waiting; `fd` is open as
+    // above. Nothing is taken from the socket.
+    let read = unsafe {
+        libc::recv(
+            fd,
+            (&mut byte as *mut u8).cast(),
+            1,
+            libc::MSG_PEEK | libc::MSG_DONTWAIT,
+        )
+    };
+    match read {
+        // The end of the client's stream, with nothing before it.
+        0 => true,
+        -1 => matches!(
+            std::io::Error::last_os_error().raw_os_error(),
+            Some(libc::ECONNRESET | libc::EPIPE | libc::ENOTCONN)
+        ),
+        _ => false,
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn closed_by_peer(_fd: RawFd) -> bool {
+    false
 }
 
 #[cfg(test)]

@@ -215,14 +215,16 @@ where
     if h2 {
         let connection = protocols.http2.serve_connection(io, service);
         tokio::pin!(connection);
-        watch_connection(connection, limits, &mut shutdown, &activity, fd, |c| {
+        let watched = Watch { fd, http1: false };
+        watch_connection(connection, limits, &mut shutdown, &activity, watched, |c| {
             c.graceful_shutdown();
         })
         .await
     } else {
         let connection = protocols.http1.serve_connection(io, service);
         tokio::pin!(connection);
-        watch_connection(connection, limits, &mut shutdown, &activity, fd, |c| {
+        let watched = Watch { fd, http1: true };
+        watch_connection(connection, limits, &mut shutdown, &activity, watched, |c| {
             c.graceful_shutdown();
         })
         .await
@@ -245,28 +247,48 @@ async fn watch_connection<C>(
     limits: &Limits,
     shutdown: &mut watch::Receiver<bool>,
     activity: &Activity,
-    fd: Option<RawFd>,
+    watched: Watch,
     close: impl Fn(Pin<&mut C>),
 ) -> Result<(), hyper::Error>
 where
     C: std::future::Future<Output = Result<(), hyper::Error>>,
 {
     let mut closing: Option<Instant> = None;
-    let mut queue = KernelQueue::new(fd);
+    let mut queue = KernelQueue::new(watched.fd);
     let idle = limits.idle_timeout;
     let head_read = limits.header_read_timeout;
-    let sleep = tokio::time::sleep_until(next_wake(activity, limits, closing, Instant::now()));
+    let wake = |closing, now| {
+        let wake = next_wake(activity, limits, closing, now);
+        // While a request is answered, HTTP/1.1 may hold bytes its client sent after the head
+        // and read no further: the kernel is asked whether the client left, every second.
+        match watched.http1 && activity.answering() {
+            true => wake.min(now + LEFT_CHECK),
+            false => wake,
+        }
+    };
+    let sleep = tokio::time::sleep_until(wake(closing, Instant::now()));
     tokio::pin!(sleep);
     loop {
         tokio::select! {
             // The connection first: it is what a wake is almost always for.
             biased;
             result = connection.as_mut() => return result,
+            // An answer that waits: time to look at the client while it does (below). Polled
+            // right after the connection, which is where an HTTP/1.1 answer says it waits.
+            () = std::future::poll_fn(|_| match activity.an_answer_waited() {
+                true => std::task::Poll::Ready(()),
+                false => std::task::Poll::Pending,
+            }), if watched.http1 => {}
             () = stopped(shutdown), if closing.is_none() => {
                 closing = Some(Instant::now());
                 close(connection.as_mut());
             }
             () = sleep.as_mut() => {
+                if watched.http1 && activity.answering() && queue.client_left() {
+                    // Dropping the connection drops what it answers: counted as abandoned.
+                    tracing::debug!("the client left while its request was answered; connection cut");
+                    return Ok(());
+                }
                 let now = Instant::now();
                 match due(activity, limits, closing, now) {
                     Due::Nothing => {}
@@ -298,12 +320,21 @@ where
                 }
             }
         }
-        let now = Instant::now();
-        sleep
-            .as_mut()
-            .reset(next_wake(activity, limits, closing, now));
+        sleep.as_mut().reset(wake(closing, Instant::now()));
     }
 }
+
+/// What a connection's watch may ask the kernel about it.
+struct Watch {
+    /// The connection's TCP socket (see `KernelQueue`).
+    fd: Option<RawFd>,
+    /// Whether it speaks HTTP/1.1 (an HTTP/2 connection reads on, and sees its client leave).
+    http1: bool,
+}
+
+/// How often the watch of an HTTP/1.1 connection answering a request asks whether its client
+/// left (a wake per second per such connection; a hit is answered before the watch wakes).
+const LEFT_CHECK: Duration = Duration::from_secs(1);
 
 /// What a connection's watch finds due when it wakes; the marks are when the client was last
 /// known to take something (the kernel is asked about them before anything is cut or closed).

@@ -328,6 +328,65 @@ async fn an_abandoned_request_is_counted_and_logged_once() {
     assert_eq!(catalog.loads("t"), 1, "the abandoned fill was asked again");
 }
 
+/// A client that sent anything after its request's head before it left (a stray CRLF, a
+/// pipelined request, half of one) is seen to leave while its answer waits, though the server
+/// holds those bytes and reads no further: its request is counted once as 499, and a pipelined
+/// request behind it is never asked of the catalog.
+#[tokio::test]
+async fn a_client_that_sent_more_than_its_head_and_left_is_counted_abandoned() {
+    let catalog = catalog(Shape::default(), &["a", "b", "c", "p"]).await;
+    catalog.hold_loads();
+    let icecache = Icecache::start(&catalog.url, &[]).await;
+    let address = icecache.url.trim_start_matches("http://").to_owned();
+    let trailing = [
+        ("a", "\r\n".to_owned()),
+        ("b", get(&address, "p", "")),
+        ("c", "GET /v1/names".to_owned()),
+    ];
+    for (table, after) in &trailing {
+        let mut client = TcpStream::connect(&address).await.unwrap();
+        let id = format!("X-Request-Id: left-{table}\r\n");
+        let sent = get(&address, table, &id) + after;
+        client.write_all(sent.as_bytes()).await.unwrap();
+        eventually("the catalog asked", || async { catalog.loads(table) == 1 }).await;
+        drop(client);
+    }
+    // Still held by the catalog: only the clients' leaving can have ended these requests.
+    let abandoned = r#"icecache_requests_total{cache="NONE",route="load_table",status="499"}"#;
+    eventually("the three abandoned requests counted", || async {
+        metric(&icecache.metrics().await, abandoned) >= 3.0
+    })
+    .await;
+    let metrics = icecache.metrics().await;
+    assert_eq!(metric(&metrics, abandoned), 3.0, "{metrics}");
+    let logs = icecache.logs();
+    for (table, _) in &trailing {
+        let id = format!("left-{table}");
+        let lines: Vec<&str> = logs.lines().filter(|l| l.contains(&id)).collect();
+        assert_eq!(lines.len(), 1, "{id}: {lines:?}");
+        assert!(lines[0].contains("499"), "{}", lines[0]);
+    }
+    // The fills go on without their callers; once they are kept, nothing asks for `p`.
+    catalog.release_loads();
+    for (table, _) in &trailing {
+        eventually("the abandoned fill kept", || async {
+            let answer = reqwest::Client::new()
+                .get(format!("{}/v1/namespaces/db/tables/{table}", icecache.url))
+                .bearer_auth("alice")
+                .send()
+                .await
+                .unwrap();
+            answer.headers()["x-cache"] == "HIT"
+        })
+        .await;
+    }
+    assert_eq!(
+        catalog.loads("p"),
+        0,
+        "the pipelined request was asked of the catalog"
+    );
+}
+
 /// A client that stops reading a large answer: the bytes that wait for it do not move, and
 /// after the idle timeout its connection is cut (a graceful close would wait on it for ever).
 #[tokio::test]
