@@ -147,19 +147,9 @@ impl Future for Logged {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::telemetry::requests::load_table_count as count;
     use crate::telemetry::Metrics;
     use crate::wire::body::empty;
-
-    fn count(metrics: &Metrics, status: &str, cache: &str) -> String {
-        let series = format!(
-            "icecache_requests_total{{cache=\"{cache}\",route=\"load_table\",status=\"{status}\"}} "
-        );
-        metrics
-            .render()
-            .lines()
-            .find_map(|line| line.strip_prefix(series.as_str()).map(str::to_owned))
-            .unwrap_or_else(|| "absent".to_owned())
-    }
 
     fn load() -> Request<()> {
         Request::get("/v1/p/namespaces/db/tables/t")

@@ -99,8 +99,23 @@ impl RequestMetrics {
     }
 }
 
+/// The count of loadTable requests answered with `status` in `cache`, as `/metrics` renders it
+/// ("absent" when no such request was counted).
+#[cfg(test)]
+pub(crate) fn load_table_count(metrics: &super::Metrics, status: &str, cache: &str) -> String {
+    let series = format!(
+        "icecache_requests_total{{cache=\"{cache}\",route=\"load_table\",status=\"{status}\"}} "
+    );
+    metrics
+        .render()
+        .lines()
+        .find_map(|line| line.strip_prefix(series.as_str()).map(str::to_owned))
+        .unwrap_or_else(|| "absent".to_owned())
+}
+
 #[cfg(test)]
 mod tests {
+    use super::load_table_count as count;
     use super::*;
     use crate::telemetry::Metrics;
 
@@ -111,17 +126,6 @@ mod tests {
         fn as_str(self) -> &'static str {
             self.0
         }
-    }
-
-    fn count(metrics: &Metrics, status: &str, cache: &str) -> String {
-        let series = format!(
-            "icecache_requests_total{{cache=\"{cache}\",route=\"load_table\",status=\"{status}\"}} "
-        );
-        metrics
-            .render()
-            .lines()
-            .find_map(|line| line.strip_prefix(series.as_str()).map(str::to_owned))
-            .unwrap_or_else(|| "absent".to_owned())
     }
 
     #[test]
