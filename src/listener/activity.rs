@@ -317,7 +317,6 @@ impl http_body::Body for Tracked {
 }
 
 /// The connection's service, counting what is in flight.
-#[derive(Clone)]
 pub struct Counted<S> {
     inner: S,
     activity: Arc<Activity>,
@@ -376,10 +375,10 @@ where
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
         let Poll::Ready(Ok(response)) = this.answer.poll(cx) else {
-            if !std::mem::replace(this.told, true) {
-                if let Some(in_flight) = this.in_flight.as_ref() {
-                    in_flight.0.waits.store(true, Ordering::Relaxed);
-                }
+            // The first time it waits, the connection's watch is told (a hit never waits).
+            if let Some(in_flight) = this.in_flight.as_ref().filter(|_| !*this.told) {
+                in_flight.0.waits.store(true, Ordering::Relaxed);
+                *this.told = true;
             }
             return Poll::Pending;
         };
