@@ -168,12 +168,12 @@ pub(super) fn join(
             PathAndQuery::try_from(joined.as_str()).map_err(|_| UnsendablePath)?
         }
     };
-    Uri::builder()
-        .scheme(url.scheme.clone())
-        .authority(url.authority.clone())
-        .path_and_query(pq)
-        .build()
-        .map_err(|_| UnsendablePath)
+    // From its parts directly: the builder moves its parts through a `Result` at each step.
+    let mut parts = http::uri::Parts::default();
+    parts.scheme = Some(url.scheme.clone());
+    parts.authority = Some(url.authority.clone());
+    parts.path_and_query = Some(pq);
+    Uri::from_parts(parts).map_err(|_| UnsendablePath)
 }
 
 #[cfg(test)]
