@@ -209,6 +209,44 @@ proptest::proptest! {
         let _ = classify(&Method::GET, &path, SEP);
     }
 
+    /// A namespace without an escape is read at once; it must read as every step would.
+    #[test]
+    fn a_namespace_read_at_once_reads_as_every_step_would(
+        raw in "[a.%1Ffx]{0,12}",
+        separator in proptest::sample::select(vec!["%1F", "%1f", "%2E", ".", "x", "%"]),
+    ) {
+        proptest::prop_assert_eq!(
+            decode_namespace(&raw, separator),
+            split_and_decode_namespace(&raw, separator)
+        );
+    }
+
+    /// Without an escape no name holds a `/`, so a path is classified as if it were checked.
+    #[test]
+    fn a_path_without_escapes_is_classified_whatever_its_names(
+        namespace in "[a-z.+]{0,6}",
+        name in "[a-z.+;]{0,6}",
+        prefix in proptest::option::of("[a-z]{1,4}"),
+    ) {
+        let prefix = prefix.map(|p| format!("{p}/")).unwrap_or_default();
+        let path = format!("/v1/{prefix}namespaces/{namespace}/tables/{name}");
+        let r = classify(&Method::GET, &path, SEP);
+        let expected = if name.contains(';') {
+            Ok(Operation::Other)
+        } else if namespace.is_empty() || name.is_empty() {
+            Err(RouteError::EmptyIdentifier)
+        } else {
+            Ok(Operation::LoadTable)
+        };
+        proptest::prop_assert_eq!(r.as_ref().map(|r| r.operation), expected.as_ref().copied());
+        if let Ok(r) = r {
+            if r.operation == Operation::LoadTable {
+                proptest::prop_assert_eq!(r.namespace, ns(&[namespace.as_str()]));
+                proptest::prop_assert_eq!(r.name.as_deref(), Some(name.as_str()));
+            }
+        }
+    }
+
     #[test]
     fn encoded_names_round_trip(name in "[^/\\p{C}]{1,20}") {
         let encoded: String = percent_encoding::utf8_percent_encode(
