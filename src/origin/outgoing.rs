@@ -35,7 +35,8 @@ pub struct Outgoing {
     /// Whether the client sent `Connection`.
     connection: bool,
     /// The headers as sent, once something needs them.
-    built: OnceLock<HeaderMap>,
+    /// Boxed: a hit never builds it, and moves the request a few times.
+    built: OnceLock<Box<HeaderMap>>,
 }
 
 /// Where the value of one header as sent is found.
@@ -112,7 +113,13 @@ impl Outgoing {
 
     fn built(&self) -> &HeaderMap {
         self.built
-            .get_or_init(|| sent_headers(&self.client, self.authority.as_ref(), &self.how))
+            .get_or_init(|| {
+                Box::new(sent_headers(
+                    &self.client,
+                    self.authority.as_ref(),
+                    &self.how,
+                ))
+            })
     }
 
     /// Where `sent_headers` leaves the value of `name`: one match on the name, since a hit

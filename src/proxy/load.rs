@@ -76,7 +76,8 @@ pub fn serve_now(exchange: &mut Exchange<'_>, parts: http::request::Parts) -> Se
         Ok(sent) => sent,
         Err(e) => return Served::Now(Err(e)),
     };
-    let Some(cache) = exchange.state.cache.clone() else {
+    // Borrowed: only what waits keeps a share of it.
+    let Some(cache) = exchange.state.cache.as_ref() else {
         return waits(Rest::Stream { sent, reason: None });
     };
     let route = exchange.route.take_names();
@@ -92,7 +93,11 @@ pub fn serve_now(exchange: &mut Exchange<'_>, parts: http::request::Parts) -> Se
                         reason: Some(reason),
                     }),
                 },
-                Err(later) => waits(Rest::Cache { cache, ask, later }),
+                Err(later) => waits(Rest::Cache {
+                    cache: cache.clone(),
+                    ask,
+                    later,
+                }),
             }
         }
         Err(reason) if exchange.policy.credentials == Credentials::Passthrough => {
@@ -102,7 +107,7 @@ pub fn serve_now(exchange: &mut Exchange<'_>, parts: http::request::Parts) -> Se
             })
         }
         Err(reason) => waits(Rest::Bypass {
-            cache,
+            cache: cache.clone(),
             sent,
             caller,
             reason,
