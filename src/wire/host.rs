@@ -74,11 +74,21 @@ fn host_and_port(bytes: &[u8]) -> bool {
             (ip_literal(&inner[..end]), &inner[end + 1..])
         }
         None => {
-            let end = bytes.iter().position(|&b| b == b':').unwrap_or(bytes.len());
+            // One pass to the first `:`, folding what each byte of the name is.
+            let mut end = bytes.len();
+            let mut seen = 0u8;
+            for (i, &b) in bytes.iter().enumerate() {
+                let class = HOST_BYTES[usize::from(b)];
+                if class == COLON {
+                    end = i;
+                    break;
+                }
+                seen |= class;
+            }
             let name = &bytes[..end];
             let valid = !name.is_empty()
-                && name.iter().all(|&b| name_byte(b) || b == b'%')
-                && percent_encoded_whole(name);
+                && seen & OTHER == 0
+                && (seen & PERCENT == 0 || percent_encoded_whole(name));
             (valid, &bytes[end..])
         }
     };
@@ -131,6 +141,28 @@ static NAME_BYTES: [bool; 256] = {
     while b < 256 {
         let c = b as u8;
         table[b] = c.is_ascii_alphanumeric() || matches!(c, b'-' | b'.' | b'_' | b'~');
+        b += 1;
+    }
+    table
+};
+
+/// What a byte of `host[:port]` is, outside brackets: a name's, a `%`, the `:` before the
+/// port, or none of these (each a bit, so a scan folds them with `|`).
+const NAME: u8 = 0;
+const PERCENT: u8 = 1;
+const OTHER: u8 = 2;
+const COLON: u8 = 4;
+
+static HOST_BYTES: [u8; 256] = {
+    let mut table = [OTHER; 256];
+    let mut b = 0;
+    while b < 256 {
+        table[b] = match b as u8 {
+            b'%' => PERCENT,
+            b':' => COLON,
+            _ if NAME_BYTES[b] => NAME,
+            _ => OTHER,
+        };
         b += 1;
     }
     table
@@ -309,6 +341,43 @@ mod tests {
                 Err(HostError::Invalid),
                 "{host:?}"
             );
+        }
+    }
+
+    /// The name's rule as it reads in RFC 3986, one property at a time.
+    fn name_as_written(name: &[u8]) -> bool {
+        !name.is_empty()
+            && name.iter().all(|&b| name_byte(b) || b == b'%')
+            && name.iter().enumerate().all(|(i, &b)| {
+                b != b'%'
+                    || name
+                        .get(i + 1..i + 3)
+                        .is_some_and(|hex| hex.iter().all(u8::is_ascii_hexdigit))
+            })
+    }
+
+    proptest::proptest! {
+        /// The one-pass scan of a name and its port agrees with the rule read one property at
+        /// a time, on bytes that are mostly a name's, `%`, hex digits, `:` and a few others.
+        #[test]
+        fn a_host_scanned_in_one_pass_is_judged_as_its_rule_reads(
+            bytes in proptest::collection::vec(
+                proptest::sample::select(b"aZ09.-_~%fF:: @,/\x80".to_vec()),
+                0..14,
+            )
+        ) {
+            let end = bytes.iter().position(|&b| b == b':').unwrap_or(bytes.len());
+            let port_fits = match &bytes[end..] {
+                [] => true,
+                [b':', port @ ..] => {
+                    (1..=5).contains(&port.len())
+                        && port.iter().all(u8::is_ascii_digit)
+                        && port.iter().fold(0u32, |n, d| n * 10 + u32::from(d - b'0')) <= 65535
+                }
+                _ => false,
+            };
+            let expected = name_as_written(&bytes[..end]) && port_fits;
+            proptest::prop_assert_eq!(host_and_port(&bytes), expected);
         }
     }
 }
