@@ -112,14 +112,13 @@ impl Outgoing {
     }
 
     fn built(&self) -> &HeaderMap {
-        self.built
-            .get_or_init(|| {
-                Box::new(sent_headers(
-                    &self.client,
-                    self.authority.as_ref(),
-                    &self.how,
-                ))
-            })
+        self.built.get_or_init(|| {
+            Box::new(sent_headers(
+                &self.client,
+                self.authority.as_ref(),
+                &self.how,
+            ))
+        })
     }
 
     /// Where `sent_headers` leaves the value of `name`: one match on the name, since a hit

@@ -197,15 +197,13 @@ async fn callers_with_different_credentials_never_share_an_entry() {
     );
 }
 
-#[tokio::test]
-async fn etag_is_written_in_exactly_that_case_on_http1() {
-    let s = Setup::new(&[]).await;
-    s.load().await;
+/// The head of an HTTP/1.1 answer to a load sent as raw bytes, with `extra` header lines.
+async fn raw_load_head(s: &Setup, extra: &str) -> String {
     let address = s.icecache.url.trim_start_matches("http://").to_owned();
     let mut stream = tokio::net::TcpStream::connect(&address).await.unwrap();
     let request = format!(
         "GET /v1/warehouse{} HTTP/1.1\r\nHost: {address}\r\nAuthorization: Bearer {}\r\n\
-         Connection: close\r\n\r\n",
+         {extra}Connection: close\r\n\r\n",
         s.path(),
         s.api.token
     );
@@ -213,9 +211,30 @@ async fn etag_is_written_in_exactly_that_case_on_http1() {
     let mut raw = Vec::new();
     stream.read_to_end(&mut raw).await.unwrap();
     let text = String::from_utf8_lossy(&raw);
-    let head = text.split("\r\n\r\n").next().unwrap();
-    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
-    assert!(head.contains("\r\nETag: \""), "{head}");
+    text.split("\r\n\r\n").next().unwrap().to_owned()
+}
+
+#[tokio::test]
+async fn etag_is_written_in_exactly_that_case_on_http1() {
+    let s = Setup::new(&[]).await;
+    s.load().await;
+    let hit = raw_load_head(&s, "").await;
+    assert!(hit.starts_with("HTTP/1.1 200"), "{hit}");
+    let etag = hit
+        .split("\r\n")
+        .find_map(|line| line.strip_prefix("ETag: "))
+        .unwrap_or_else(|| panic!("no `ETag:` line in {hit}"));
+    let not_modified = raw_load_head(&s, &format!("If-None-Match: {etag}\r\n")).await;
+    assert!(not_modified.starts_with("HTTP/1.1 304"), "{not_modified}");
+    assert!(
+        not_modified.contains(&format!("\r\nETag: {etag}\r\n")),
+        "{not_modified}"
+    );
+    // Other names go in hyper's lower case, which every HTTP client reads.
+    assert!(
+        not_modified.to_ascii_lowercase().contains("\r\nage: "),
+        "{not_modified}"
+    );
 }
 
 #[tokio::test]
