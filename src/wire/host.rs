@@ -146,8 +146,8 @@ static NAME_BYTES: [bool; 256] = {
     table
 };
 
-/// What a byte of `host[:port]` is, outside brackets: a name's, a `%`, the `:` before the
-/// port, or none of these (each a bit, so a scan folds them with `|`).
+/// What a byte of `host[:port]` is, outside brackets: a name's (no bit), a `%`, the `:` before
+/// the port, or none of these (each a bit of its own, so a scan folds them with `|`).
 const NAME: u8 = 0;
 const PERCENT: u8 = 1;
 const OTHER: u8 = 2;
