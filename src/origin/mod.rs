@@ -33,9 +33,10 @@ mod outgoing;
 mod request;
 mod throttle;
 pub use outgoing::{Outgoing, Sent};
-use request::{join, CONDITIONALS};
+use request::join;
 pub use request::{
-    OriginRequest, Sending, UnsendablePath, UpstreamUrl, ACCESS_DELEGATION, X_REQUEST_ID,
+    OriginRequest, Sending, UnsendablePath, UpstreamUrl, ACCESS_DELEGATION, CONDITIONALS,
+    X_REQUEST_ID,
 };
 
 type ClientError = hyper_util::client::legacy::Error;

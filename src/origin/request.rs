@@ -49,7 +49,7 @@ pub struct OriginRequest {
 
 /// Conditionals icecache answers itself on loadTable: the client holds icecache's ETags,
 /// which mean nothing to the catalog.
-pub(super) static CONDITIONALS: [HeaderName; 5] = [
+pub static CONDITIONALS: [HeaderName; 5] = [
     header::IF_NONE_MATCH,
     header::IF_MATCH,
     header::IF_MODIFIED_SINCE,

@@ -14,6 +14,7 @@ use super::relay::{forward, send_on};
 use crate::cache::{self, Ask, CachePhase};
 use crate::catalog::route::Operation;
 use crate::error::ProxyError;
+use crate::origin::CONDITIONALS;
 use crate::wire::body::empty;
 
 pub async fn serve(
@@ -53,7 +54,10 @@ pub async fn serve(
     if exchange.state.heads.lacks(operation) {
         return Box::pin(from_load(exchange, head)).await;
     }
-    let response = Box::pin(send_on(&exchange, sent.request(), body, shape)).await?;
+    // Unconditional: the client holds icecache's tags, which mean nothing to the catalog, and
+    // a `304` from the catalog would confirm a tag of its own.
+    let unconditional = sent.request().unconditional();
+    let response = Box::pin(send_on(&exchange, unconditional, body, shape)).await?;
     if matches!(
         response.status(),
         StatusCode::METHOD_NOT_ALLOWED | StatusCode::NOT_IMPLEMENTED
@@ -82,12 +86,17 @@ const BODY_HEADERS: [HeaderName; 5] = [
 ];
 
 /// The check answered from the load this caller would get: `204` where it gets a `200`, the
-/// load's own status otherwise, and how the load was produced in `x-cache`.
+/// load's own status otherwise, and how the load was produced in `x-cache`. The load is asked
+/// without the check's conditionals: a check is answered `204` whatever tag the client holds,
+/// as it is from a fresh entry (a `304` would stand for a body and a tag the check has not).
 async fn from_load(
     mut exchange: Exchange<'_>,
     mut head: http::request::Parts,
 ) -> Result<Answer, ProxyError> {
     head.method = Method::GET;
+    for name in &CONDITIONALS {
+        head.headers.remove(name);
+    }
     exchange.route.operation = match exchange.route.operation {
         Operation::ViewExists => Operation::LoadView,
         _ => Operation::LoadTable,

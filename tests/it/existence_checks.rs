@@ -207,3 +207,92 @@ async fn a_catalog_that_refuses_a_check_with_405_has_its_checks_answered_from_lo
         "no HEAD asked again"
     );
 }
+
+/// A check that a client makes conditional, with the tag of the load it holds (and a date,
+/// `since`).
+async fn conditional_head(
+    icecache: &Icecache,
+    path: &str,
+    tag: &str,
+    since: Option<&str>,
+) -> reqwest::Response {
+    let mut request = reqwest::Client::new()
+        .head(format!("{}{path}", icecache.url))
+        .bearer_auth("alice")
+        .header("if-none-match", tag);
+    if let Some(since) = since {
+        request = request.header("if-modified-since", since);
+    }
+    request.send().await.unwrap()
+}
+
+const LONG_AGO: Option<&str> = Some("Sat, 01 Jan 2000 00:00:00 GMT");
+
+#[tokio::test]
+async fn a_check_answered_from_a_load_is_204_whatever_tag_the_client_holds() {
+    let catalog = catalog(Shape::default()).await;
+    // Nothing is fresh: every check is answered from a load confirmed with the catalog.
+    let icecache = Icecache::start(&catalog.url, &["--fresh-for", "0s"]).await;
+    let client = reqwest::Client::new();
+    config(&client, &icecache).await;
+    let load = client
+        .get(format!("{}{TABLE}", icecache.url))
+        .bearer_auth("alice")
+        .send()
+        .await
+        .unwrap();
+    let tag = load.headers()["etag"].to_str().unwrap().to_owned();
+    for tag in [tag.as_str(), "*"] {
+        let check = conditional_head(&icecache, TABLE, tag, None).await;
+        assert_eq!(
+            check.status(),
+            StatusCode::NO_CONTENT,
+            "{tag}: never a 304 without its tag"
+        );
+        assert!(check.headers().get("etag").is_none());
+        assert_ne!(x_cache(&check), "HIT");
+    }
+    let loads: Vec<_> = catalog
+        .seen()
+        .into_iter()
+        .filter(|s| s.path == TABLE)
+        .collect();
+    assert!(loads.iter().all(|s| s.method == http::Method::GET));
+    assert!(loads
+        .iter()
+        .all(|s| s.headers.get("if-none-match").is_none()));
+}
+
+#[tokio::test]
+async fn a_check_sent_to_the_catalog_goes_without_the_clients_conditionals() {
+    let own = vec![LOAD_TABLE, TABLE_EXISTS, VIEW_EXISTS];
+    let catalog = catalog(Shape {
+        endpoints: Some(own),
+        etag: true,
+        ..Shape::default()
+    })
+    .await;
+    let icecache = Icecache::start(&catalog.url, &[]).await;
+    config(&reqwest::Client::new(), &icecache).await;
+    for tag in ["\"icecache-tag\"", "*"] {
+        // The stand-in answers what it knows of the check; what matters is what it was sent.
+        let response = conditional_head(&icecache, TABLE, tag, LONG_AGO).await;
+        assert_ne!(response.status(), StatusCode::NOT_MODIFIED, "{tag}");
+        assert_eq!(x_cache(&response), "BYPASS");
+        assert!(response.headers().get("etag").is_none());
+    }
+    let checks: Vec<_> = catalog
+        .seen()
+        .into_iter()
+        .filter(|s| s.path == TABLE && s.method == http::Method::HEAD)
+        .collect();
+    assert_eq!(checks.len(), 2);
+    for check in checks {
+        assert!(
+            check.headers.get("if-none-match").is_none(),
+            "{:?}",
+            check.headers
+        );
+        assert!(check.headers.get("if-modified-since").is_none());
+    }
+}
