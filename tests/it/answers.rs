@@ -83,6 +83,55 @@ async fn a_load_spelled_with_path_parameters_carries_no_catalog_validator() {
     }
 }
 
+/// A catalog may decode, merge slashes and fold case before it routes: a read spelled so that
+/// it does not start `/v1/` as written still carries no validator of the catalog's, and the
+/// catalog is never asked with the client's conditionals.
+#[tokio::test]
+async fn a_load_spelled_past_the_v1_prefix_carries_no_catalog_validator() {
+    let catalog = standin(Shape {
+        etag: true,
+        ..Shape::default()
+    })
+    .await;
+    let icecache = Icecache::start(&catalog.url, &[]).await;
+    let theirs = "\"v1\"";
+    for spelling in [
+        "//v1/namespaces/db/tables/t",
+        "/%76%31/namespaces/db/tables/t",
+        "/v%31/namespaces/db/tables/t",
+        "/V1/namespaces/db/tables/t",
+    ] {
+        let get = |tag: Option<&'static str>| {
+            let mut request = reqwest::Client::new()
+                .get(format!("{}{spelling}", icecache.url))
+                .bearer_auth("alice");
+            if let Some(tag) = tag {
+                request = request.header(IF_NONE_MATCH, tag);
+            }
+            request.send()
+        };
+        let plain = get(None).await.unwrap();
+        assert_eq!(
+            plain.status(),
+            200,
+            "{spelling}: the stand-in routes it to the load"
+        );
+        assert!(plain.headers().get(ETAG).is_none(), "{spelling}: {plain:?}");
+        let asked = get(Some(theirs)).await.unwrap();
+        assert_eq!(
+            asked.status(),
+            200,
+            "{spelling} with the catalog's {theirs}"
+        );
+    }
+    let conditional = catalog
+        .seen()
+        .into_iter()
+        .filter(|s| s.headers.contains_key("if-none-match"))
+        .count();
+    assert_eq!(conditional, 0, "the catalog was asked with a client's tag");
+}
+
 /// Under `strip`, an answer that bypassed the cache (its query not read one way only) never
 /// carries the tag of a cached representation, whichever snapshots mode it asked for.
 #[tokio::test]
