@@ -169,12 +169,15 @@ pub fn classify(method: &Method, path: &str, separator: &str) -> Result<Route, R
         return Ok(Route::other());
     }
     let route = classify_segments(method, rest, separator)?;
-    // A decoded `/` inside a name: a catalog may route on the decoded path. Only an escape
-    // (`%2F`) puts one there.
-    let slashed = rest.as_bytes().contains(&b'%')
-        && (route.name.as_deref().is_some_and(|n| n.contains('/'))
-            || route.namespace.iter().flatten().any(|p| p.contains('/')));
-    Ok(if slashed { Route::other() } else { route })
+    // A name a catalog may not read as that name: a dot segment (`.`, `..`, `%2E%2E`), which
+    // it may resolve away, or a decoded `/`, on which it may route (only an escape, `%2F`,
+    // puts one there).
+    let escaped = rest.as_bytes().contains(&b'%');
+    let unsure = |name: &str| name == "." || name == ".." || (escaped && name.contains('/'));
+    let unsure_names = route.prefix.as_deref().is_some_and(unsure)
+        || route.name.as_deref().is_some_and(unsure)
+        || route.namespace.iter().flatten().any(|part| unsure(part));
+    Ok(if unsure_names { Route::other() } else { route })
 }
 
 /// The most segments a catalog path has after `/v1/`: a prefix, then

@@ -172,7 +172,27 @@ fn a_decoded_slash_in_a_name_names_nothing() {
     names_nothing(&[
         "/v1/namespaces/db/views/x%2F",
         "/v1/namespaces/a%2Fb/tables/t",
+        "/v1/pre%2Fy/namespaces/n/tables/t",
+        "/v1/pre%2fy/namespaces/n/views/v",
     ]);
+}
+
+#[test]
+fn a_dot_segment_names_nothing_whether_spelled_or_escaped() {
+    names_nothing(&[
+        "/v1/namespaces/d/tables/..",
+        "/v1/namespaces/d/tables/.",
+        "/v1/namespaces/d/tables/%2E%2E",
+        "/v1/namespaces/d/tables/%2e",
+        "/v1/namespaces/../tables/t",
+        "/v1/namespaces/a%1F..%1Fb/tables/t",
+        "/v1/../namespaces/d/tables/t",
+        "/v1/./namespaces/d/tables/t",
+        "/v1/%2E%2E/namespaces/d/views/v",
+    ]);
+    // Dots inside a name are a name's.
+    let r = route(Method::GET, "/v1/namespaces/d/tables/a..b");
+    assert_eq!(r.operation, Operation::LoadTable);
 }
 
 #[test]
@@ -221,7 +241,8 @@ proptest::proptest! {
         );
     }
 
-    /// Without an escape no name holds a `/`, so a path is classified as if it were checked.
+    /// Without an escape no name holds a `/`, so a path is classified as if it were checked;
+    /// a dot segment names nothing.
     #[test]
     fn a_path_without_escapes_is_classified_whatever_its_names(
         namespace in "[a-z.+]{0,6}",
@@ -235,6 +256,8 @@ proptest::proptest! {
             Ok(Operation::Other)
         } else if namespace.is_empty() || name.is_empty() {
             Err(RouteError::EmptyIdentifier)
+        } else if [".", ".."].contains(&namespace.as_str()) || [".", ".."].contains(&name.as_str()) {
+            Ok(Operation::Other)
         } else {
             Ok(Operation::LoadTable)
         };
@@ -249,6 +272,7 @@ proptest::proptest! {
 
     #[test]
     fn encoded_names_round_trip(name in "[^/\\p{C}]{1,20}") {
+        proptest::prop_assume!(name != "." && name != "..");
         let encoded: String = percent_encoding::utf8_percent_encode(
             &name, percent_encoding::NON_ALPHANUMERIC).to_string();
         let r = classify(&Method::GET, &format!("/v1/namespaces/db/tables/{encoded}"), SEP)

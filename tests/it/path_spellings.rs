@@ -134,3 +134,45 @@ async fn a_plus_escaped_as_percent_2b_is_never_served_the_literal_plus_entry() {
     assert_eq!(version(&icecache, &format!("{TABLES}/a+b")).await, plus);
     assert_eq!(fetches(&catalog, "/a+b"), 1);
 }
+
+/// A raw HTTP/1.1 GET (a client library would resolve the dot segments first), its head.
+async fn raw_get(icecache: &Icecache, path: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let address = icecache.url.trim_start_matches("http://").to_owned();
+    let mut stream = tokio::net::TcpStream::connect(&address).await.unwrap();
+    let request = format!(
+        "GET {path} HTTP/1.1\r\nHost: {address}\r\nAuthorization: Bearer alice\r\n\
+         Connection: close\r\n\r\n"
+    );
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw).await.unwrap();
+    let text = String::from_utf8_lossy(&raw).to_ascii_lowercase();
+    text.split("\r\n\r\n").next().unwrap().to_owned()
+}
+
+#[tokio::test]
+async fn a_dot_segment_is_never_a_cached_name_however_it_is_spelled() {
+    // A catalog that resolves dot segments reads `tables/..` as the namespace itself.
+    let (catalog, icecache) = setup(&["..", "."]).await;
+    for path in [
+        "/v1/namespaces/db/tables/%2E%2E",
+        "/v1/namespaces/db/tables/..",
+        "/v1/namespaces/db/tables/%2e",
+        "/v1/prefix/../namespaces/db/tables/t",
+    ] {
+        for _ in 0..2 {
+            let head = raw_get(&icecache, path).await;
+            assert!(
+                !head.contains("\r\nx-cache:"),
+                "{path} was answered by the cache: {head}"
+            );
+        }
+    }
+    let asked = catalog
+        .seen()
+        .iter()
+        .filter(|s| s.method == http::Method::GET && s.path.contains("/tables/"))
+        .count();
+    assert_eq!(asked, 8, "every load went to the catalog");
+}
