@@ -18,6 +18,7 @@ use crate::replays::Refused as ReplayRefused;
 use crate::wire::body::{empty, full, Body, ReadError};
 use crate::wire::host::HostError;
 use crate::wire::request_id::RequestId;
+use crate::wire::target::TargetError;
 
 #[derive(Debug, Error)]
 pub enum ProxyError {
@@ -27,6 +28,8 @@ pub enum ProxyError {
     Path(#[from] UnsendablePath),
     #[error(transparent)]
     Host(#[from] HostError),
+    #[error(transparent)]
+    Target(#[from] TargetError),
     #[error("CONNECT is not an Iceberg REST operation: icecache does not open tunnels")]
     Tunnel,
     #[error("the request body could not be read: {0}")]
@@ -64,6 +67,9 @@ impl ProxyError {
                 StatusCode::BAD_REQUEST
             }
             ProxyError::Tunnel => StatusCode::METHOD_NOT_ALLOWED,
+            // RFC 9112 §6.1: a coding the server does not understand.
+            ProxyError::Target(TargetError::TransferCoding) => StatusCode::NOT_IMPLEMENTED,
+            ProxyError::Target(_) => StatusCode::BAD_REQUEST,
             ProxyError::RequestBody(ReadError::TooLarge { .. }) => StatusCode::PAYLOAD_TOO_LARGE,
             ProxyError::RequestBody(ReadError::Stalled(_)) => StatusCode::REQUEST_TIMEOUT,
             ProxyError::RequestBody(ReadError::Broken(_)) => StatusCode::BAD_REQUEST,
@@ -98,6 +104,7 @@ impl ProxyError {
             StatusCode::TOO_MANY_REQUESTS => "TooManyRequestsException",
             StatusCode::CONFLICT => "ConflictException",
             StatusCode::UNPROCESSABLE_ENTITY => "UnprocessableEntityException",
+            StatusCode::NOT_IMPLEMENTED => "UnsupportedOperationException",
             _ => "BadRequestException",
         }
     }
@@ -131,6 +138,7 @@ impl ProxyError {
             ProxyError::Route(_)
                 | ProxyError::Path(_)
                 | ProxyError::Host(_)
+                | ProxyError::Target(_)
                 | ProxyError::Tunnel
                 | ProxyError::RequestBody(_)
                 | ProxyError::Replay(

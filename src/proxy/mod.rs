@@ -24,6 +24,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use http::{Method, Request, Response};
+use http_body::Body as _;
 use hyper::body::Incoming;
 
 use crate::cache::{CachePhase, NoCacheReason};
@@ -37,6 +38,7 @@ use crate::telemetry::replays::ReplayOutcome;
 use crate::wire::body::Body;
 use crate::wire::host::check_host;
 use crate::wire::request_id::RequestId;
+use crate::wire::target::{check_target, check_transfer_coding};
 use exchange::{Admitted, Answer, Exchange};
 use relay::forward;
 
@@ -210,6 +212,11 @@ fn admit(request: &Request<Incoming>, separator: &str) -> Result<Route, ProxyErr
     // take `connect` for CONNECT: refused in any case.
     if request.method().as_str().eq_ignore_ascii_case("CONNECT") {
         return Err(ProxyError::Tunnel);
+    }
+    check_target(request.method(), request.uri())?;
+    // Only a request with a body has its coding read: a hit has none, and pays no look-up.
+    if !request.body().is_end_stream() {
+        check_transfer_coding(request.headers())?;
     }
     check_host(
         request.version(),

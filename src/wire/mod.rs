@@ -12,3 +12,4 @@ pub mod json_walk;
 pub mod request_id;
 pub mod seconds;
 pub mod sensitive;
+pub mod target;

@@ -476,6 +476,27 @@ async fn absolute_form_targets_are_checked_and_connect_is_refused() {
             405,
             "tunnels",
         ),
+        // An HTTP client would send these on as `GET /`, `POST /` and `GET *`.
+        (
+            "GET a:80 HTTP/1.1\r\nHost: a:80\r\nConnection: close\r\n\r\n",
+            400,
+            "authority form",
+        ),
+        (
+            "POST a:80 HTTP/1.1\r\nHost: a:80\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}",
+            400,
+            "authority form",
+        ),
+        (
+            "GET * HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+            400,
+            "OPTIONS alone",
+        ),
+        (
+            "GET ftp://a/v1/config HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+            400,
+            "http or https",
+        ),
     ] {
         let (got, text) = raw_exchange(&icecache, request).await;
         assert_eq!(got, status, "{request:?}: {text}");
@@ -490,4 +511,29 @@ async fn absolute_form_targets_are_checked_and_connect_is_refused() {
     )
     .await;
     assert_eq!(got, 200, "{text}");
+}
+
+/// RFC 9112 §6.1: a body coded with anything but `chunked` (which hyper undoes) would reach
+/// the catalog still coded, and icecache would read a write's names from coded bytes.
+#[tokio::test]
+async fn a_body_coded_otherwise_than_chunked_gets_501_and_never_reaches_the_catalog() {
+    let relay = Relay::start(&catalog()).await;
+    let icecache = Icecache::start(&relay.url, &[]).await;
+    for coding in ["gzip, chunked", "deflate,chunked", "x-custom, chunked"] {
+        let request = format!(
+            "POST /v1/namespaces/db/tables/t HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: {coding}\r\n\
+             Connection: close\r\n\r\n2\r\n{{}}\r\n0\r\n\r\n"
+        );
+        let (status, text) = raw_exchange(&icecache, &request).await;
+        assert_eq!(status, 501, "{coding}: {text}");
+        let error: serde_json::Value = serde_json::from_str(&text).expect("an Iceberg error body");
+        let message = error["error"]["message"].as_str().unwrap_or("");
+        assert!(message.contains("chunked"), "{coding}: {message}");
+    }
+    assert!(relay.seen().is_empty(), "{:?}", relay.seen());
+    let chunked = "POST /v1/namespaces/db/tables/t HTTP/1.1\r\nHost: a\r\n\
+                   Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n2\r\n{}\r\n0\r\n\r\n";
+    let (status, text) = raw_exchange(&icecache, chunked).await;
+    assert_ne!(status, 501, "a body chunked alone is read: {text}");
+    assert_eq!(relay.seen().len(), 1, "and sent on");
 }
