@@ -19,6 +19,7 @@ use crate::replays::{iso_duration, Idempotency};
 use crate::wire::body::{full, read_to_bytes, stream, Body};
 use crate::wire::encoding::decode;
 use crate::wire::headers::remove_hop_by_hop;
+use crate::wire::host::host_and_port;
 
 /// Largest `/v1/config` answer icecache reads to rewrite; a larger one is a broken catalog.
 const MAX_CONFIG_BODY: usize = 1 << 20;
@@ -87,15 +88,24 @@ pub async fn serve(
 }
 
 /// The URL clients reach icecache at: `public_url` when configured, else what the request says
-/// (`X-Forwarded-Proto`/`X-Forwarded-Host` from a proxy in front, then `Host`).
+/// (`X-Forwarded-Proto`/`X-Forwarded-Host` from a proxy in front, then `Host`). A forwarded
+/// value that is not a scheme icecache speaks or a plain `host[:port]` (a list, user
+/// information, a path) is not taken: `Host` has been checked, those have not.
 fn public_url(exchange: &Exchange<'_>, request: &Request<Incoming>) -> String {
     if let Some(url) = &exchange.settings.public_url {
         return url.clone();
     }
     let headers = request.headers();
     let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
-    let proto = text("x-forwarded-proto").unwrap_or(exchange.settings.scheme());
+    let proto = text("x-forwarded-proto")
+        .and_then(|p| {
+            ["http", "https"]
+                .into_iter()
+                .find(|s| p.eq_ignore_ascii_case(s))
+        })
+        .unwrap_or(exchange.settings.scheme());
     let host = text("x-forwarded-host")
+        .filter(|h| host_and_port(h.as_bytes()))
         .or_else(|| text("host"))
         .map(str::to_owned)
         .or_else(|| request.uri().authority().map(|a| a.to_string()))

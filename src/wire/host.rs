@@ -65,7 +65,7 @@ pub fn check_host(
 /// is what a joined pair of `Host` lines looks like). The port, when there is a `:`, is one to
 /// five digits within 16 bits. A byte scan: every request runs it, and `Authority`'s parser
 /// copies the value.
-fn host_and_port(bytes: &[u8]) -> bool {
+pub fn host_and_port(bytes: &[u8]) -> bool {
     let (host_valid, rest) = match bytes.strip_prefix(b"[") {
         Some(inner) => {
             let Some(end) = inner.iter().position(|&b| b == b']') else {

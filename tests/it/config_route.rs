@@ -48,6 +48,51 @@ async fn the_catalog_is_asked_for_an_uncompressed_config_it_can_be_rewritten_in(
     );
 }
 
+/// The `uri` a client is sent to for these forwarded headers.
+async fn uri_forwarded_as(icecache: &Icecache, forwarded: &[(&str, &str)]) -> String {
+    let mut request = reqwest::Client::new().get(format!("{}/v1/config", icecache.url));
+    for (name, value) in forwarded {
+        request = request.header(*name, *value);
+    }
+    let config: serde_json::Value = request.send().await.unwrap().json().await.unwrap();
+    config["overrides"]["uri"].as_str().unwrap().to_owned()
+}
+
+#[tokio::test]
+async fn a_proxy_in_front_names_the_url_clients_are_sent_to() {
+    let catalog = advertising_catalog().await;
+    let icecache = Icecache::start(&catalog.url, &[]).await;
+    let forwarded = [
+        ("x-forwarded-proto", "HTTPS"),
+        ("x-forwarded-host", "icecache.example:8443"),
+    ];
+    assert_eq!(
+        uri_forwarded_as(&icecache, &forwarded).await,
+        "https://icecache.example:8443"
+    );
+}
+
+#[tokio::test]
+async fn a_forwarded_value_that_is_not_a_scheme_or_a_host_is_not_taken() {
+    let catalog = advertising_catalog().await;
+    let icecache = Icecache::start(&catalog.url, &[]).await;
+    for (name, value) in [
+        ("x-forwarded-host", "u@evil.example"),
+        ("x-forwarded-host", "evil.example/x?y#"),
+        ("x-forwarded-host", "a b"),
+        ("x-forwarded-host", "a, b"),
+        ("x-forwarded-host", "a:99999"),
+        ("x-forwarded-proto", "http://evil/#"),
+        ("x-forwarded-proto", "ftp"),
+    ] {
+        assert_eq!(
+            uri_forwarded_as(&icecache, &[(name, value)]).await,
+            icecache.url,
+            "{name}: {value}"
+        );
+    }
+}
+
 #[tokio::test]
 async fn a_configured_public_url_is_what_clients_are_sent_to() {
     let catalog = advertising_catalog().await;
