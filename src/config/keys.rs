@@ -202,7 +202,7 @@ keys! {
     "namespace_separator", Some("namespace-separator"), Kind::Text, Value("%1F"), Restart, false,
         "namespace separator, URL-encoded, until the catalog advertises its own in `/v1/config`; `%1F` is always accepted too";
     "public_url", Some("public-url"), Kind::Text, Unset("unset"), Applied, false,
-        "URL written into a `uri` in `/v1/config` answers; unset: `X-Forwarded-Proto`/`X-Forwarded-Host` or `Host` of each request";
+        "URL written into a `uri` in `/v1/config` answers; unset: `X-Forwarded-Proto`/`X-Forwarded-Host` or `Host` of each request (a forwarded value that is not `http`/`https` or a plain `host[:port]` is not taken)";
     "admin_token", Some("admin-token"), Kind::Text, Unset("unset"), Applied, true,
         "when set, `POST /cache/purge` needs `Authorization: Bearer <token>` (the scheme in any case)";
     "identity", Some("identity"), Kind::Choice(&["per-principal", "revalidate", "shared"]), Value("per-principal"), Applied, false,
