@@ -90,13 +90,13 @@ pub fn accepts_gzip(headers: &HeaderMap) -> bool {
     {
         let mut parts = coding.split(';');
         let name = parts.next().unwrap_or("").trim();
+        // A `q` that is no number takes nothing (fail closed: identity is always at hand).
         let weight = parts
             .filter_map(|p| {
                 let (key, value) = p.split_once('=')?;
                 key.trim()
                     .eq_ignore_ascii_case("q")
-                    .then(|| value.trim().parse::<f32>().ok())
-                    .flatten()
+                    .then(|| value.trim().parse::<f32>().unwrap_or(0.0))
             })
             .next_back()
             .unwrap_or(1.0);
@@ -172,5 +172,13 @@ mod tests {
         assert!(!accepts_gzip(&with("*, gzip;q=0")));
         assert!(!accepts_gzip(&with("GZIP; Q=0.000, *;q=1")));
         assert!(!accepts_gzip(&with("*;q=0")));
+    }
+
+    #[test]
+    fn a_weight_that_is_no_number_takes_nothing() {
+        assert!(!accepts_gzip(&with("gzip;q=abc")));
+        assert!(!accepts_gzip(&with("*;q=")));
+        assert!(!accepts_gzip(&with("gzip;q=abc, *;q=1")));
+        assert!(accepts_gzip(&with("gzip;q=0.5;q=x;q=1")));
     }
 }

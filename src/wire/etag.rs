@@ -53,13 +53,11 @@ fn field_matches(field: &[u8], exact: &[u8]) -> bool {
     if field == exact && current().is_some() {
         return true;
     }
-    let Ok(text) = std::str::from_utf8(field) else {
-        return false;
-    };
-    if text.trim() == "*" {
+    // Read as bytes: a tag may hold obs-text (0x80 and up), which need not be UTF-8.
+    if field.trim_ascii() == b"*" {
         return true;
     }
-    parse_list(text)
+    parse_list(field)
         .map(|tags| {
             let current = current();
             tags.iter().any(|tag| Some(*tag) == current)
@@ -81,9 +79,8 @@ fn opaque_tag(value: &[u8]) -> Option<&[u8]> {
 }
 
 /// Parses `#entity-tag`: a comma-separated list, optional whitespace, empty elements allowed.
-fn parse_list(text: &str) -> Option<Vec<&[u8]>> {
+fn parse_list(bytes: &[u8]) -> Option<Vec<&[u8]>> {
     let mut tags = Vec::new();
-    let bytes = text.as_bytes();
     let mut i = 0;
     // A tag must be followed by a comma (or the end), whitespace aside: `"a""b"` is no list.
     let mut after_tag = false;
@@ -159,6 +156,14 @@ mod tests {
             &hv("\"abc\"")
         ));
         assert!(!if_none_match_matches(std::iter::empty(), &hv("\"abc\"")));
+    }
+
+    #[test]
+    fn a_list_with_a_tag_of_obs_text_still_matches_its_other_tags() {
+        let field = HeaderValue::from_bytes(b"\"\xe9\", \"abc\"").unwrap();
+        assert!(if_none_match_matches([&field], &hv("\"abc\"")));
+        let lone = HeaderValue::from_bytes(b"W/\"\xe9\xff\"").unwrap();
+        assert!(!if_none_match_matches([&lone], &hv("\"abc\"")));
     }
 
     #[test]
