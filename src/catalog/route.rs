@@ -220,7 +220,8 @@ fn classify_segments(method: &Method, rest: &str, separator: &str) -> Result<Rou
     Ok(Route::other())
 }
 
-fn named(operation: Operation) -> Route {
+/// A route that names no table, view or namespace.
+pub fn named(operation: Operation) -> Route {
     Route {
         operation,
         ..Route::other()

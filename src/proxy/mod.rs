@@ -28,7 +28,8 @@ use http_body::Body as _;
 use hyper::body::Incoming;
 
 use crate::cache::{CachePhase, NoCacheReason};
-use crate::catalog::route::{classify, operation_of, Operation, Route};
+use crate::catalog::lenient::may_be_config;
+use crate::catalog::route::{classify, named, operation_of, Operation, Route};
 use crate::catalog::writes;
 use crate::error::{self, ProxyError};
 use crate::policy::{Credentials, Policy};
@@ -223,7 +224,16 @@ fn admit(request: &Request<Incoming>, separator: &str) -> Result<Route, ProxyErr
         request.uri().authority(),
         request.headers(),
     )?;
-    Ok(classify(request.method(), request.uri().path(), separator)?)
+    let route = classify(request.method(), request.uri().path(), separator)?;
+    // A read a lenient catalog takes for its `/v1/config` (`/V1/config`, `/v1/config/`) is
+    // answered as one: its `uri` rewritten, so the client stays on icecache.
+    if route.operation == Operation::Other
+        && request.method() == Method::GET
+        && may_be_config(request.uri().path())
+    {
+        return Ok(named(Operation::Config));
+    }
+    Ok(route)
 }
 
 /// Every request but a load (which `handle` serves first, so that a hit never waits).

@@ -9,6 +9,7 @@ use hyper::body::Incoming;
 
 use super::exchange::{answer_shape, origin_request, processes, Exchange};
 use crate::cache::POLICY_READ_LIMIT;
+use crate::catalog::lenient::may_be_the_api;
 use crate::catalog::route::Operation;
 use crate::error::ProxyError;
 use crate::origin::OriginRequest;
@@ -106,35 +107,6 @@ fn reads_unnamed(operation: Operation, parts: &http::request::Parts) -> bool {
         && may_be_the_api(parts.uri.path())
 }
 
-/// Whether a catalog might read `path` as one under `/v1/`. Servers decode escapes, merge
-/// slashes, resolve dot segments and some fold case before they route, so a path that spells
-/// `v1` anywhere, once decoded and folded, is taken for one (fail closed: such a read only
-/// loses its validators).
-fn may_be_the_api(path: &str) -> bool {
-    let bytes = path.as_bytes();
-    let mut decoded = Vec::with_capacity(bytes.len());
-    let mut at = 0;
-    while at < bytes.len() {
-        let escaped = match bytes.get(at + 1..at + 3) {
-            Some(&[high, low]) if bytes[at] == b'%' => std::str::from_utf8(&[high, low])
-                .ok()
-                .and_then(|hex| u8::from_str_radix(hex, 16).ok()),
-            _ => None,
-        };
-        match escaped {
-            Some(byte) => {
-                decoded.push(byte.to_ascii_lowercase());
-                at += 3;
-            }
-            None => {
-                decoded.push(bytes[at].to_ascii_lowercase());
-                at += 1;
-            }
-        }
-    }
-    decoded.windows(2).any(|pair| pair == b"v1")
-}
-
 /// Sends a request built for the route, with the client's body, and relays the answer.
 pub async fn send_on(
     exchange: &Exchange<'_>,
@@ -149,39 +121,4 @@ pub async fn send_on(
         .send(origin, crate::wire::body::stream(body, idle))
         .await?;
     relay(exchange, response, shape).await
-}
-
-#[cfg(test)]
-mod tests {
-    use super::may_be_the_api;
-
-    #[test]
-    fn every_spelling_a_catalog_may_route_to_its_api_is_taken_for_it() {
-        for path in [
-            "/v1/p/namespaces/db/tables/t/",
-            "//v1/namespaces/db/tables/t",
-            "/./v1/namespaces/db/tables/t",
-            "/x/../v1/namespaces/db/tables/t",
-            "/%76%31/namespaces/db/tables/t",
-            "/v%31/namespaces/db/tables/t",
-            "/V1/namespaces/db/tables/t",
-            "/iceberg/v1/namespaces/db/tables/t",
-        ] {
-            assert!(may_be_the_api(path), "{path}");
-        }
-    }
-
-    #[test]
-    fn a_path_that_spells_no_version_is_not() {
-        for path in [
-            "/",
-            "/healthz",
-            "/api/management/catalogs",
-            "/v2/x",
-            "/%7",
-            "/v%3",
-        ] {
-            assert!(!may_be_the_api(path), "{path}");
-        }
-    }
 }

@@ -94,6 +94,34 @@ async fn a_forwarded_value_that_is_not_a_scheme_or_a_host_is_not_taken() {
 }
 
 #[tokio::test]
+async fn every_spelling_a_lenient_catalog_reads_as_its_config_is_rewritten() {
+    // A catalog that decodes, folds case and drops `;parameters` and trailing slashes.
+    let catalog = Fake::start(|request, _| {
+        let path = request.uri().path().to_ascii_lowercase();
+        if path.contains("config") || path.contains("%63onfig") {
+            fake::json(
+                json!({ "defaults": {}, "overrides": { "uri": "http://catalog-internal:8181" } }),
+            )
+        } else {
+            fake::json(json!({}))
+        }
+    })
+    .await;
+    let icecache = Icecache::start(&catalog.url, &[]).await;
+    for path in [
+        "/V1/config",
+        "/v1/config/",
+        "/v1/config;x=1",
+        "/%76%31/config",
+        "/v1/%63onfig",
+        "//v1//config",
+    ] {
+        let config = get_json(&format!("{}{path}", icecache.url)).await;
+        assert_eq!(config["overrides"]["uri"], icecache.url, "{path}: {config}");
+    }
+}
+
+#[tokio::test]
 async fn a_configured_public_url_is_what_clients_are_sent_to() {
     let catalog = advertising_catalog().await;
     let icecache = Icecache::start(
