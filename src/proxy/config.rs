@@ -96,7 +96,15 @@ fn public_url(exchange: &Exchange<'_>, request: &Request<Incoming>) -> String {
         return url.clone();
     }
     let headers = request.headers();
-    let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    // One line, as text: several lines are several proxies' claims, and which to take is a
+    // guess.
+    let text = |name: &str| {
+        let mut lines = headers.get_all(name).iter();
+        match (lines.next(), lines.next()) {
+            (Some(line), None) => line.to_str().ok(),
+            _ => None,
+        }
+    };
     let proto = text("x-forwarded-proto")
         .and_then(|p| {
             ["http", "https"]

@@ -37,8 +37,10 @@ pub async fn relay_body(
     remove_hop_by_hop(&mut parts.headers);
     let idle = exchange.settings.request_timeout;
     if exchange.route.operation.is_cached() {
-        // Clients only ever see icecache's ETags for a table's or a view's representation.
+        // Clients only ever see icecache's validators for a table's or a view's
+        // representation.
         parts.headers.remove(header::ETAG);
+        parts.headers.remove(header::LAST_MODIFIED);
     }
     if !processes(shape, &exchange.policy) || body.is_end_stream() {
         return Ok(Response::from_parts(parts, body));

@@ -68,6 +68,17 @@ fn read_limited(reader: impl Read, limit: usize, coding: &str) -> Result<Bytes, 
     Ok(Bytes::from(out))
 }
 
+/// RFC 9110 §12.4.2: `0` to `1` with at most three decimals, nothing else (no sign, no
+/// exponent, no `inf`).
+fn qvalue(text: &str) -> Option<f32> {
+    let (whole, fraction) = text.split_once('.').unwrap_or((text, ""));
+    let fits = matches!(whole, "0" | "1")
+        && fraction.len() <= 3
+        && fraction.bytes().all(|b| b.is_ascii_digit())
+        && (whole == "0" || fraction.bytes().all(|b| b == b'0'));
+    fits.then(|| text.parse().ok()).flatten()
+}
+
 /// Whether `Accept-Encoding` takes gzip: gzip listed with q > 0, or not listed and `*` with
 /// q > 0. An explicit `gzip;q=0` wins over any `*`.
 pub fn accepts_gzip(headers: &HeaderMap) -> bool {
@@ -90,16 +101,20 @@ pub fn accepts_gzip(headers: &HeaderMap) -> bool {
     {
         let mut parts = coding.split(';');
         let name = parts.next().unwrap_or("").trim();
-        // A `q` that is no number takes nothing (fail closed: identity is always at hand).
-        let weight = parts
+        // A `q` that is not a qvalue takes nothing (fail closed: identity is always at hand).
+        let weights: Vec<Option<f32>> = parts
             .filter_map(|p| {
                 let (key, value) = p.split_once('=')?;
                 key.trim()
                     .eq_ignore_ascii_case("q")
-                    .then(|| value.trim().parse::<f32>().unwrap_or(0.0))
+                    .then(|| qvalue(value.trim()))
             })
-            .next_back()
-            .unwrap_or(1.0);
+            .collect();
+        let weight = match weights.as_slice() {
+            [] => 1.0,
+            [Some(weight)] => *weight,
+            _ => 0.0,
+        };
         let accepted = weight > 0.0;
         if name.eq_ignore_ascii_case("gzip") || name.eq_ignore_ascii_case("x-gzip") {
             gzip = Some(gzip.unwrap_or(true) && accepted);
@@ -115,9 +130,9 @@ mod tests {
     use super::*;
     use http::HeaderValue;
 
-    fn with(value: &'static str) -> HeaderMap {
+    fn with(value: &str) -> HeaderMap {
         let mut h = HeaderMap::new();
-        h.insert(ACCEPT_ENCODING, HeaderValue::from_static(value));
+        h.insert(ACCEPT_ENCODING, HeaderValue::from_str(value).unwrap());
         h
     }
 
@@ -179,6 +194,18 @@ mod tests {
         assert!(!accepts_gzip(&with("gzip;q=abc")));
         assert!(!accepts_gzip(&with("*;q=")));
         assert!(!accepts_gzip(&with("gzip;q=abc, *;q=1")));
-        assert!(accepts_gzip(&with("gzip;q=0.5;q=x;q=1")));
+        assert!(!accepts_gzip(&with("gzip;q=0.5;q=x;q=1")));
+        for odd in [
+            "inf", "infinity", "1e0", "+1", ".5", "0.5e1", "2", "1.001", "0.1234", "NaN",
+        ] {
+            assert!(!accepts_gzip(&with(&format!("gzip;q={odd}"))), "{odd}");
+        }
+        for fine in ["1", "1.", "1.000", "0.5", "0.001", "0."] {
+            assert_eq!(
+                accepts_gzip(&with(&format!("gzip;q={fine}"))),
+                fine != "0.",
+                "{fine}"
+            );
+        }
     }
 }

@@ -37,20 +37,20 @@ pub fn check_target(method: &Method, uri: &Uri) -> Result<(), TargetError> {
     }
 }
 
-/// Checks that a body with a `Transfer-Encoding` is coded `chunked` alone (hyper undoes the
-/// chunking and would hand on any coding beneath it as if it were the body).
+/// Checks that a body with a `Transfer-Encoding` is coded `chunked` alone, once (hyper undoes
+/// one chunking and would hand on any coding beneath it, a second chunking too, as if it were
+/// the body).
 pub fn check_transfer_coding(headers: &HeaderMap) -> Result<(), TargetError> {
-    let only_chunked = headers
+    let mut codings = headers
         .get_all(header::TRANSFER_ENCODING)
         .iter()
         .flat_map(|value| value.as_bytes().split(|&b| b == b','))
         .map(<[u8]>::trim_ascii)
-        .filter(|coding| !coding.is_empty())
-        .all(|coding| coding.eq_ignore_ascii_case(b"chunked"));
-    if only_chunked {
-        Ok(())
-    } else {
-        Err(TargetError::TransferCoding)
+        .filter(|coding| !coding.is_empty());
+    match (codings.next(), codings.next()) {
+        (None, _) => Ok(()),
+        (Some(coding), None) if coding.eq_ignore_ascii_case(b"chunked") => Ok(()),
+        _ => Err(TargetError::TransferCoding),
     }
 }
 
@@ -107,6 +107,7 @@ mod tests {
         assert_eq!(coded(&["chunked"]), Ok(()));
         assert_eq!(coded(&["Chunked"]), Ok(()));
         assert_eq!(coded(&[" chunked "]), Ok(()));
+        assert_eq!(coded(&[", chunked"]), Ok(()));
     }
 
     #[test]
@@ -117,6 +118,8 @@ mod tests {
             &["chunked, identity"],
             &["deflate,chunked"],
             &["x-custom"],
+            &["chunked, chunked"],
+            &["chunked", "chunked"],
         ] {
             assert_eq!(
                 coded(values),

@@ -91,6 +91,12 @@ async fn a_forwarded_value_that_is_not_a_scheme_or_a_host_is_not_taken() {
             "{name}: {value}"
         );
     }
+    // Two lines are two proxies' claims: neither is taken.
+    let two = [
+        ("x-forwarded-host", "first.example"),
+        ("x-forwarded-host", "second.example"),
+    ];
+    assert_eq!(uri_forwarded_as(&icecache, &two).await, icecache.url);
 }
 
 #[tokio::test]
