@@ -6,11 +6,11 @@
 use std::time::Duration;
 
 use crate::support::standin::{Shape, StandIn};
-use crate::support::{metric, ports, Icecache};
+use crate::support::{metric, ports, raw_get_head, Icecache};
 use reqwest::header::{ETAG, IF_NONE_MATCH};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const TABLE: &str = "/v1/namespaces/db/tables/t";
+const ALICE: &str = "Authorization: Bearer alice\r\n";
 
 async fn standin(shape: Shape) -> StandIn {
     let standin = StandIn::start(shape).await;
@@ -152,29 +152,11 @@ async fn a_bypassed_answer_never_shares_a_cached_representations_tag() {
     }
 }
 
-/// The raw response head of a loadTable over HTTP/1.1.
-async fn raw_head(icecache: &Icecache, path: &str) -> String {
-    let address = icecache.url.trim_start_matches("http://").to_owned();
-    let mut stream = tokio::net::TcpStream::connect(&address).await.unwrap();
-    let request = format!(
-        "GET {path} HTTP/1.1\r\nHost: {address}\r\nAuthorization: Bearer alice\r\n\
-         Connection: close\r\n\r\n"
-    );
-    stream.write_all(request.as_bytes()).await.unwrap();
-    let mut raw = Vec::new();
-    stream.read_to_end(&mut raw).await.unwrap();
-    String::from_utf8_lossy(&raw)
-        .split("\r\n\r\n")
-        .next()
-        .unwrap()
-        .to_owned()
-}
-
 #[tokio::test]
 async fn a_processed_bypass_answer_spells_its_etag_exactly_etag() {
     let catalog = standin(Shape::default()).await;
     let icecache = Icecache::start(&catalog.url, &["--credentials", "strip"]).await;
-    let head = raw_head(&icecache, &format!("{TABLE}?unknown=1")).await;
+    let head = raw_get_head(&icecache, &format!("{TABLE}?unknown=1"), ALICE).await;
     assert!(head.contains("x-cache: BYPASS"), "{head}");
     assert!(!head.contains("\r\netag:"), "{head}");
     assert!(head.contains("\r\nETag: \""), "{head}");

@@ -5,11 +5,10 @@ use std::time::Duration;
 
 use crate::support::relay::Relay;
 use crate::support::{
-    catalog, eventually, get_json, metric, pyiceberg_async, x_cache, Api, Icecache,
+    catalog, eventually, get_json, metric, pyiceberg_async, raw_get_head, x_cache, Api, Icecache,
 };
 use reqwest::header::{ETAG, IF_NONE_MATCH};
 use serde_json::{json, Value};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 struct Setup {
     relay: Relay,
@@ -197,34 +196,20 @@ async fn callers_with_different_credentials_never_share_an_entry() {
     );
 }
 
-/// The head of an HTTP/1.1 answer to a load sent as raw bytes, with `extra` header lines.
-async fn raw_load_head(s: &Setup, extra: &str) -> String {
-    let address = s.icecache.url.trim_start_matches("http://").to_owned();
-    let mut stream = tokio::net::TcpStream::connect(&address).await.unwrap();
-    let request = format!(
-        "GET /v1/warehouse{} HTTP/1.1\r\nHost: {address}\r\nAuthorization: Bearer {}\r\n\
-         {extra}Connection: close\r\n\r\n",
-        s.path(),
-        s.api.token
-    );
-    stream.write_all(request.as_bytes()).await.unwrap();
-    let mut raw = Vec::new();
-    stream.read_to_end(&mut raw).await.unwrap();
-    let text = String::from_utf8_lossy(&raw);
-    text.split("\r\n\r\n").next().unwrap().to_owned()
-}
-
 #[tokio::test]
 async fn etag_is_written_in_exactly_that_case_on_http1() {
     let s = Setup::new(&[]).await;
     s.load().await;
-    let hit = raw_load_head(&s, "").await;
+    let path = format!("/v1/warehouse{}", s.path());
+    let token = format!("Authorization: Bearer {}\r\n", s.api.token);
+    let hit = raw_get_head(&s.icecache, &path, &token).await;
     assert!(hit.starts_with("HTTP/1.1 200"), "{hit}");
     let etag = hit
         .split("\r\n")
         .find_map(|line| line.strip_prefix("ETag: "))
         .unwrap_or_else(|| panic!("no `ETag:` line in {hit}"));
-    let not_modified = raw_load_head(&s, &format!("If-None-Match: {etag}\r\n")).await;
+    let conditional = format!("{token}If-None-Match: {etag}\r\n");
+    let not_modified = raw_get_head(&s.icecache, &path, &conditional).await;
     assert!(not_modified.starts_with("HTTP/1.1 304"), "{not_modified}");
     assert!(
         not_modified.contains(&format!("\r\nETag: {etag}\r\n")),

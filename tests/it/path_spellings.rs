@@ -5,7 +5,7 @@
 //! nor where a Go catalog folds case more than lower case does.
 
 use crate::support::standin::{version_of, Shape, StandIn};
-use crate::support::{empty_commit, Icecache};
+use crate::support::{empty_commit, raw_get_head, Icecache};
 use serde_json::Value;
 
 const TABLES: &str = "/v1/namespaces/db/tables";
@@ -135,22 +135,6 @@ async fn a_plus_escaped_as_percent_2b_is_never_served_the_literal_plus_entry() {
     assert_eq!(fetches(&catalog, "/a+b"), 1);
 }
 
-/// A raw HTTP/1.1 GET (a client library would resolve the dot segments first), its head.
-async fn raw_get(icecache: &Icecache, path: &str) -> String {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let address = icecache.url.trim_start_matches("http://").to_owned();
-    let mut stream = tokio::net::TcpStream::connect(&address).await.unwrap();
-    let request = format!(
-        "GET {path} HTTP/1.1\r\nHost: {address}\r\nAuthorization: Bearer alice\r\n\
-         Connection: close\r\n\r\n"
-    );
-    stream.write_all(request.as_bytes()).await.unwrap();
-    let mut raw = Vec::new();
-    stream.read_to_end(&mut raw).await.unwrap();
-    let text = String::from_utf8_lossy(&raw).to_ascii_lowercase();
-    text.split("\r\n\r\n").next().unwrap().to_owned()
-}
-
 #[tokio::test]
 async fn a_dot_segment_is_never_a_cached_name_however_it_is_spelled() {
     // A catalog that resolves dot segments reads `tables/..` as the namespace itself.
@@ -162,7 +146,10 @@ async fn a_dot_segment_is_never_a_cached_name_however_it_is_spelled() {
         "/v1/prefix/../namespaces/db/tables/t",
     ] {
         for _ in 0..2 {
-            let head = raw_get(&icecache, path).await;
+            // Raw: a client library would resolve the dot segments first.
+            let head = raw_get_head(&icecache, path, "Authorization: Bearer alice\r\n")
+                .await
+                .to_ascii_lowercase();
             assert!(
                 !head.contains("\r\nx-cache:"),
                 "{path} was answered by the cache: {head}"

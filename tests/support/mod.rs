@@ -34,6 +34,22 @@ pub async fn h2_connection(
 }
 
 /// The `x-cache` header of an answer (how icecache produced it).
+/// The head of icecache's answer to a GET of `path` sent as raw HTTP/1.1 bytes (a client
+/// library would normalise the path, and reads header names in any case), with `headers`
+/// (lines ending in CRLF) besides `Host`.
+pub async fn raw_get_head(icecache: &Icecache, path: &str, headers: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let address = icecache.url.trim_start_matches("http://").to_owned();
+    let mut stream = tokio::net::TcpStream::connect(&address).await.unwrap();
+    let request =
+        format!("GET {path} HTTP/1.1\r\nHost: {address}\r\n{headers}Connection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw).await.unwrap();
+    let text = String::from_utf8_lossy(&raw);
+    text.split("\r\n\r\n").next().unwrap().to_owned()
+}
+
 pub fn x_cache(response: &reqwest::Response) -> String {
     response.headers()["x-cache"].to_str().unwrap().to_owned()
 }
