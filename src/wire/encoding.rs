@@ -101,18 +101,19 @@ pub fn accepts_gzip(headers: &HeaderMap) -> bool {
     {
         let mut parts = coding.split(';');
         let name = parts.next().unwrap_or("").trim();
-        // A `q` that is not a qvalue takes nothing (fail closed: identity is always at hand).
-        let weights: Vec<Option<f32>> = parts
+        // A `q` that is not a qvalue, or given twice, takes nothing (fail closed: identity is
+        // always at hand). Counted as they come: no list per coding.
+        let (count, last) = parts
             .filter_map(|p| {
                 let (key, value) = p.split_once('=')?;
                 key.trim()
                     .eq_ignore_ascii_case("q")
                     .then(|| qvalue(value.trim()))
             })
-            .collect();
-        let weight = match weights.as_slice() {
-            [] => 1.0,
-            [Some(weight)] => *weight,
+            .fold((0, None), |(count, _), weight| (count + 1, weight));
+        let weight = match (count, last) {
+            (0, _) => 1.0,
+            (1, Some(weight)) => weight,
             _ => 0.0,
         };
         let accepted = weight > 0.0;
