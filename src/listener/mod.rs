@@ -1,9 +1,11 @@
 //! Where requests come in: the accept loop with its protocol detection, limits and drain
 //! (`server`), when a connection is idle (`activity`) and whether the kernel still
 //! drains an answer to its client (`kernel_queue`), TLS on both sides with certificate
-//! reload (`tls`), and writing `ETag` in that case on HTTP/1.1 (`header_case`).
+//! reload (`tls`), HTTP/2's TLS records sent once per turn of its connection (`corked`), and
+//! writing `ETag` in that case on HTTP/1.1 (`header_case`).
 
 mod activity;
+mod corked;
 pub mod header_case;
 mod kernel_queue;
 pub mod server;

@@ -20,6 +20,7 @@ use tokio::time::Instant;
 use tokio_rustls::TlsAcceptor;
 
 use super::activity::{Activity, Counted, Watched};
+use super::corked::Corked;
 use super::kernel_queue::KernelQueue;
 use crate::wire::body::Body;
 
@@ -171,8 +172,14 @@ pub async fn serve<M, S>(
                         }
                         Err(_) => return,
                     };
-                    let h2 = stream.get_ref().1.alpn_protocol() == Some(b"h2");
-                    serve_io(&protocols, &limits, shutdown, stream, fd, h2, service).await
+                    if stream.get_ref().1.alpn_protocol() == Some(b"h2") {
+                        // HTTP/1.1 writes an answer whole before it flushes; h2 flushes after
+                        // every frame.
+                        let stream = Corked::new(stream);
+                        serve_io(&protocols, &limits, shutdown, stream, fd, true, service).await
+                    } else {
+                        serve_io(&protocols, &limits, shutdown, stream, fd, false, service).await
+                    }
                 }
             };
             if let Err(e) = result {

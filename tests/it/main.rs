@@ -34,6 +34,7 @@ mod resources;
 mod secrets;
 mod strip_everywhere;
 mod tls;
+mod tls_http2;
 mod vended_credentials;
 mod views;
 mod writes_win;

@@ -8,13 +8,13 @@ use crate::support::relay::Relay;
 use crate::support::{catalog, unique, Icecache};
 use rcgen::{BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair};
 
-struct Ca {
+pub(crate) struct Ca {
     cert: rcgen::Certificate,
     key: KeyPair,
 }
 
 impl Ca {
-    fn new(name: &str) -> Ca {
+    pub(crate) fn new(name: &str) -> Ca {
         let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
         params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
         params.distinguished_name.push(DnType::CommonName, name);
@@ -42,16 +42,16 @@ impl Ca {
         (cert.pem(), key.serialize_pem())
     }
 
-    fn pem(&self) -> String {
+    pub(crate) fn pem(&self) -> String {
         self.cert.pem()
     }
 }
 
 /// A directory of PEM files, removed when dropped.
-struct Files(PathBuf);
+pub(crate) struct Files(PathBuf);
 
 impl Files {
-    fn new() -> Files {
+    pub(crate) fn new() -> Files {
         let dir = std::env::temp_dir().join(unique("icecache-tls"));
         std::fs::create_dir_all(&dir).unwrap();
         Files(dir)
@@ -73,7 +73,7 @@ impl Drop for Files {
     }
 }
 
-fn install_crypto() {
+pub(crate) fn install_crypto() {
     let _ = rustls::crypto::ring::default_provider().install_default();
 }
 
@@ -112,7 +112,7 @@ fn der(pem: &str) -> Vec<u8> {
         .to_vec()
 }
 
-async fn tls_icecache(
+pub(crate) async fn tls_icecache(
     upstream: &str,
     files: &Files,
     ca: &Ca,
