@@ -13,7 +13,7 @@ use http::{HeaderMap, HeaderValue};
 use tokio::time::Instant;
 
 use super::confirmations::Confirmations;
-use super::heads::{Heads, HEAD_WEIGHT};
+use super::heads::{Heads, FORMS, HEAD_WEIGHT};
 use super::key::CacheKey;
 use super::ticket::FillTicket;
 use super::vary::Varies;
@@ -86,7 +86,7 @@ impl Content {
         let representations = 1 + usize::from(self.gzip.is_some());
         self.body.len()
             + self.gzip.as_ref().map_or(0, |g| g.body.len() + 96)
-            + representations * (2 * HEAD_WEIGHT + headers)
+            + representations * FORMS * (2 * HEAD_WEIGHT + headers)
             + headers
             + self.vary.weight()
             + 128

@@ -15,23 +15,58 @@ use http::HeaderMap;
 /// 100 bytes each. A 200 head weighs this beside a copy of the entry's own headers.
 pub const HEAD_WEIGHT: usize = 512;
 
-/// The heads of one version's answers: a 304 and a 200 per representation.
+/// How a head holds icecache's marks (`x-cache`, `Cache-Status`) and `ETag`: as fields of their
+/// own (HTTP/2, and whatever reads or edits the answer's fields before it is sent), or packed
+/// into one field's value in the spelling they are written in (`wire::packed`), for an HTTP/1.x
+/// client's answer that goes out as it is built.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HeadForm {
+    Fields,
+    Packed,
+}
+
+impl HeadForm {
+    /// The form an answer to a request of `version` can be written in: packed for HTTP/1.x,
+    /// whose encoder writes a value as it is.
+    pub fn for_version(version: http::Version) -> HeadForm {
+        if version <= http::Version::HTTP_11 {
+            HeadForm::Packed
+        } else {
+            HeadForm::Fields
+        }
+    }
+}
+
+/// How many forms an entry may keep heads in, for its weight.
+pub const FORMS: usize = 2;
+
+/// The heads of one version's answers: a 304 and a 200 per representation and form.
 #[derive(Debug, Default)]
 pub struct Heads {
-    not_modified: [OnceLock<HeaderMap>; 2],
-    full: [OnceLock<HeaderMap>; 2],
+    not_modified: [[OnceLock<HeaderMap>; 2]; FORMS],
+    full: [[OnceLock<HeaderMap>; 2]; FORMS],
 }
 
 impl Heads {
-    /// The 304 head for the gzip representation or the identity one, built by `build` the
-    /// first time it is asked for (concurrent first callers may each build it; one is kept).
-    pub fn not_modified(&self, gzip: bool, build: impl FnOnce() -> HeaderMap) -> &HeaderMap {
-        self.not_modified[usize::from(gzip)].get_or_init(build)
+    /// The 304 head in `form` for the gzip representation or the identity one, built by `build`
+    /// the first time it is asked for (concurrent first callers may each build it; one is kept).
+    pub fn not_modified(
+        &self,
+        form: HeadForm,
+        gzip: bool,
+        build: impl FnOnce() -> HeaderMap,
+    ) -> &HeaderMap {
+        self.not_modified[form as usize][usize::from(gzip)].get_or_init(build)
     }
 
-    /// The 200 head for the gzip representation or the identity one, built likewise.
-    pub fn full(&self, gzip: bool, build: impl FnOnce() -> HeaderMap) -> &HeaderMap {
-        self.full[usize::from(gzip)].get_or_init(build)
+    /// The 200 head in `form` for the gzip representation or the identity one, built likewise.
+    pub fn full(
+        &self,
+        form: HeadForm,
+        gzip: bool,
+        build: impl FnOnce() -> HeaderMap,
+    ) -> &HeaderMap {
+        self.full[form as usize][usize::from(gzip)].get_or_init(build)
     }
 }
 
@@ -46,16 +81,29 @@ mod tests {
         head
     }
 
+    use HeadForm::{Fields, Packed};
+
+    #[test]
+    fn only_http1_answers_are_packed() {
+        assert_eq!(HeadForm::for_version(http::Version::HTTP_10), Packed);
+        assert_eq!(HeadForm::for_version(http::Version::HTTP_11), Packed);
+        assert_eq!(HeadForm::for_version(http::Version::HTTP_2), Fields);
+        assert_eq!(HeadForm::for_version(http::Version::HTTP_3), Fields);
+    }
+
     #[test]
     fn each_representation_is_built_once_and_then_reused() {
         let heads = Heads::default();
-        assert_eq!(heads.not_modified(false, || head("\"a\""))[ETAG], "\"a\"");
         assert_eq!(
-            heads.not_modified(false, || head("\"other\""))[ETAG],
+            heads.not_modified(Fields, false, || head("\"a\""))[ETAG],
             "\"a\""
         );
         assert_eq!(
-            heads.not_modified(true, || head("\"a-gzip\""))[ETAG],
+            heads.not_modified(Fields, false, || head("\"other\""))[ETAG],
+            "\"a\""
+        );
+        assert_eq!(
+            heads.not_modified(Fields, true, || head("\"a-gzip\""))[ETAG],
             "\"a-gzip\""
         );
     }
@@ -63,12 +111,46 @@ mod tests {
     #[test]
     fn a_200_head_is_kept_apart_from_the_304_head() {
         let heads = Heads::default();
-        assert_eq!(heads.not_modified(false, || head("\"a\""))[ETAG], "\"a\"");
-        assert_eq!(heads.full(false, || head("\"full\""))[ETAG], "\"full\"");
-        assert_eq!(heads.full(false, || head("\"other\""))[ETAG], "\"full\"");
         assert_eq!(
-            heads.not_modified(false, || head("\"other\""))[ETAG],
+            heads.not_modified(Fields, false, || head("\"a\""))[ETAG],
             "\"a\""
+        );
+        assert_eq!(
+            heads.full(Fields, false, || head("\"full\""))[ETAG],
+            "\"full\""
+        );
+        assert_eq!(
+            heads.full(Fields, false, || head("\"other\""))[ETAG],
+            "\"full\""
+        );
+        assert_eq!(
+            heads.not_modified(Fields, false, || head("\"other\""))[ETAG],
+            "\"a\""
+        );
+    }
+
+    #[test]
+    fn each_form_is_kept_apart() {
+        let heads = Heads::default();
+        assert_eq!(
+            heads.full(Fields, false, || head("\"fields\""))[ETAG],
+            "\"fields\""
+        );
+        assert_eq!(
+            heads.full(Packed, false, || head("\"packed\""))[ETAG],
+            "\"packed\""
+        );
+        assert_eq!(
+            heads.full(Fields, false, || head("\"other\""))[ETAG],
+            "\"fields\""
+        );
+        assert_eq!(
+            heads.not_modified(Packed, true, || head("\"p-gzip\""))[ETAG],
+            "\"p-gzip\""
+        );
+        assert_eq!(
+            heads.not_modified(Fields, true, || head("\"f-gzip\""))[ETAG],
+            "\"f-gzip\""
         );
     }
 }

@@ -44,6 +44,7 @@ use tokio::time::Instant;
 
 pub use entry::{Content, Entry, Gzipped, Servable};
 pub use fill::POLICY_READ_LIMIT;
+pub use heads::HeadForm;
 pub use key::{normalised_delegation, CacheKey, Form};
 pub use phase::{CachePhase, Cause, NoCacheReason};
 pub use refreshes::Refreshes;

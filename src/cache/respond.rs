@@ -12,6 +12,7 @@ use tokio::time::Instant;
 
 use super::entry::{Content, Entry, Gzipped};
 use super::fill::Answered;
+use super::heads::HeadForm;
 use super::phase::CachePhase;
 use crate::policy::identity::Scope;
 use crate::policy::stage::{self, Shape, Stage};
@@ -19,6 +20,8 @@ use crate::policy::Policy;
 use crate::telemetry::CacheMetrics;
 use crate::wire::body::{empty, full, pieces, Body};
 use crate::wire::etag::if_none_match_matches;
+use crate::wire::packed::pack;
+pub use crate::wire::packed::{CACHE_STATUS, X_CACHE};
 use crate::wire::seconds::seconds_value;
 
 /// Who is asking, under which policy, and what they already hold.
@@ -30,11 +33,10 @@ pub struct Caller {
     pub if_none_match: SmallVec<[HeaderValue; 1]>,
     /// Whether the caller's `Accept-Encoding` takes gzip.
     pub accepts_gzip: bool,
+    /// The form of head a hit is answered with: `Packed` only for an HTTP/1.x answer sent as
+    /// it is built, under a policy that strips none of the packed names.
+    pub form: HeadForm,
 }
-
-pub static X_CACHE: HeaderName = HeaderName::from_static("x-cache");
-/// RFC 9211's standard form of what `x-cache` says.
-pub static CACHE_STATUS: HeaderName = HeaderName::from_static("cache-status");
 
 /// Marks an answer with how it was produced, in both spellings.
 fn mark_phase(headers: &mut HeaderMap, phase: CachePhase) {
@@ -51,21 +53,46 @@ static KEPT_ON_304: [HeaderName; 3] = [
 
 /// The head of a 304 from an entry's `headers`, for the representation tagged `etag`, marked
 /// as a hit, with a place for `Age`.
-fn not_modified_head(headers: &HeaderMap, etag: &HeaderValue) -> HeaderMap {
+fn not_modified_head(headers: &HeaderMap, etag: &HeaderValue, form: HeadForm) -> HeaderMap {
     let mut head = HeaderMap::with_capacity(KEPT_ON_304.len() + 4);
     for name in &KEPT_ON_304 {
         for value in headers.get_all(name) {
             head.append(name.clone(), value.clone());
         }
     }
-    head.insert(header::ETAG, etag.clone());
-    kept_head(head)
+    kept_head(head, etag, form)
 }
 
-/// A head as an entry keeps it: marked as a hit, with its place for `Age` (writing `Age` then
-/// replaces a value in a copy instead of growing it: a copied map has no room to spare).
-fn kept_head(mut head: HeaderMap) -> HeaderMap {
-    mark_phase(&mut head, CachePhase::Hit);
+/// A head as an entry keeps it: its `ETag`, marked as a hit, with its place for `Age` (writing
+/// `Age` then replaces a value in a copy instead of growing it: a copied map has no room to
+/// spare).
+fn kept_head(mut head: HeaderMap, etag: &HeaderValue, form: HeadForm) -> HeaderMap {
+    let hit = CachePhase::Hit;
+    let packed = match form {
+        HeadForm::Fields => None,
+        HeadForm::Packed => pack(
+            &hit.x_cache_value(),
+            &[
+                (&header::ETAG, etag),
+                (&CACHE_STATUS, &hit.cache_status_value()),
+            ],
+        ),
+    };
+    match packed {
+        Some(packed) => {
+            // The entry's own fields may hold a catalog's (or a CDN's) marks: one of each.
+            head.remove(&CACHE_STATUS);
+            head.remove(header::ETAG);
+            head.insert(X_CACHE.clone(), packed);
+        }
+        // A value packing cannot hold (none of icecache's tags or marks is such) keeps its
+        // fields; `ETag` is then written in lower case, which only a client reading it
+        // case-sensitively would miss.
+        None => {
+            head.insert(header::ETAG, etag.clone());
+            mark_phase(&mut head, hit);
+        }
+    }
     head.insert(header::AGE, HeaderValue::from_static("0"));
     head
 }
@@ -88,20 +115,25 @@ pub fn from_entry(
     let selected = gzip.map_or(&content.etag, |g| &g.etag);
     let names_this_version =
         !caller.if_none_match.is_empty() && if_none_match_matches(&caller.if_none_match, selected);
+    // A head packed for a hit carries the hit's marks: any other phase marks a head of fields.
+    let form = match phase {
+        CachePhase::Hit => caller.form,
+        _ => HeadForm::Fields,
+    };
     if names_this_version && entry.credentials_servable(now) {
         counted.0.not_modified();
-        let head = content.heads.not_modified(gzip.is_some(), || {
-            not_modified_head(&content.headers, selected)
+        let head = content.heads.not_modified(form, gzip.is_some(), || {
+            not_modified_head(&content.headers, selected, form)
         });
         let mut r = Response::new(empty());
         *r.status_mut() = StatusCode::NOT_MODIFIED;
         *r.headers_mut() = head.clone();
-        finish(&mut r, entry, phase, now, case, phase != CachePhase::Hit);
+        finish(&mut r, entry, phase, now, case, form);
         return r;
     }
     let head = content
         .heads
-        .full(gzip.is_some(), || full_head(content, gzip));
+        .full(form, gzip.is_some(), || full_head(content, gzip, form));
     let body = match gzip {
         Some(gzip) => full(gzip.body.clone()),
         None => {
@@ -117,54 +149,50 @@ pub fn from_entry(
     };
     let mut response = Response::new(body);
     *response.headers_mut() = head.clone();
-    finish(
-        &mut response,
-        entry,
-        phase,
-        now,
-        case,
-        phase != CachePhase::Hit,
-    );
+    finish(&mut response, entry, phase, now, case, form);
     response
 }
 
 /// The head of a 200 from an entry's content, in the gzip representation or the identity one,
 /// marked as a hit, with a place for `Age`.
-fn full_head(content: &Content, gzip: Option<&Gzipped>) -> HeaderMap {
+fn full_head(content: &Content, gzip: Option<&Gzipped>, form: HeadForm) -> HeaderMap {
     let mut head = HeaderMap::with_capacity(content.headers.len() + 6);
     for (name, value) in &content.headers {
         head.append(name.clone(), value.clone());
     }
-    match gzip {
+    let etag = match gzip {
         Some(gzip) => {
-            head.insert(header::ETAG, gzip.etag.clone());
             head.insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
             head.insert(header::CONTENT_LENGTH, HeaderValue::from(gzip.body.len()));
+            &gzip.etag
         }
         None => {
-            head.insert(header::ETAG, content.etag.clone());
             head.insert(header::CONTENT_LENGTH, HeaderValue::from(content.length));
+            &content.etag
         }
-    }
-    kept_head(head)
+    };
+    kept_head(head, etag, form)
 }
 
-/// What every answer from an entry carries beyond its head: its marks (unless the head has
-/// them already), its `Age` and the case map that spells `ETag`.
+/// What every answer from an entry carries beyond its head: its marks (a hit's head has them),
+/// its `Age`, and, on a head of fields, the case map that spells `ETag` (a packed head spells
+/// it itself).
 fn finish(
     response: &mut Response<Body>,
     entry: &Entry,
     phase: CachePhase,
     now: Instant,
     case: &Extensions,
-    marks: bool,
+    form: HeadForm,
 ) {
     let headers = response.headers_mut();
-    if marks {
+    if phase != CachePhase::Hit {
         mark_phase(headers, phase);
     }
     headers.insert(header::AGE, seconds_value(entry.age(now).as_secs()));
-    *response.extensions_mut() = case.clone();
+    if form == HeadForm::Fields {
+        *response.extensions_mut() = case.clone();
+    }
 }
 
 /// The answer to `caller` from an answer the cache did not keep. `Set-Cookie` goes only to the
@@ -216,4 +244,46 @@ pub fn mark(mut response: Response<Body>, phase: CachePhase, case: &Extensions) 
     mark_phase(headers, phase);
     response.extensions_mut().extend(case.clone());
     response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An entry's fields as a catalog behind a cache of its own sends them.
+    fn marked_by_a_cdn() -> HeaderMap {
+        let mut head = HeaderMap::new();
+        head.insert(header::VARY, HeaderValue::from_static("accept-encoding"));
+        head.insert(X_CACHE.clone(), HeaderValue::from_static("MISS from cdn"));
+        head.insert(
+            CACHE_STATUS.clone(),
+            HeaderValue::from_static("cdn; fwd=miss"),
+        );
+        head
+    }
+
+    fn tag() -> HeaderValue {
+        HeaderValue::from_static("\"abc\"")
+    }
+
+    #[test]
+    fn a_packed_head_holds_the_marks_and_the_tag_in_one_field_and_nothing_of_the_catalogs() {
+        let head = kept_head(marked_by_a_cdn(), &tag(), HeadForm::Packed);
+        let names: Vec<&str> = head.keys().map(|n| n.as_str()).collect();
+        assert_eq!(names, ["vary", "x-cache", "age"]);
+        assert_eq!(
+            head[&X_CACHE].as_bytes(),
+            b"HIT\r\nETag: \"abc\"\r\ncache-status: icecache; hit"
+        );
+    }
+
+    #[test]
+    fn a_head_of_fields_holds_each_mark_and_the_tag_once() {
+        let head = kept_head(marked_by_a_cdn(), &tag(), HeadForm::Fields);
+        assert_eq!(head.len(), 5);
+        assert_eq!(head[header::ETAG], "\"abc\"");
+        assert_eq!(head[&X_CACHE], "HIT");
+        assert_eq!(head[&CACHE_STATUS], "icecache; hit");
+        assert_eq!(head[header::AGE], "0");
+    }
 }

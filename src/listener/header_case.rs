@@ -5,8 +5,10 @@
 //! case when the response's extensions carry the case map that its own HTTP/1 parser records
 //! (whether or not the server connection preserves the case of requests); that map's type is
 //! private. So at start-up icecache parses one canned response that spells `ETag`, keeps its
-//! extensions, and sets a clone of them on every response it builds. The map holds that one
-//! name: the encoder looks up every name it writes in it, and every answer copies it.
+//! extensions, and sets a clone of them on every response it builds with `ETag` as a field of
+//! its own. The map holds that one name: the encoder looks up every name it writes in it, and
+//! every answer copies it. A hit's HTTP/1.x head spells `ETag` itself and needs no map
+//! (`wire::packed`).
 
 use http::{Extensions, Request};
 use http_body_util::Empty;

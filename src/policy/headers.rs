@@ -27,7 +27,7 @@ pub fn without_secret_headers(headers: &mut HeaderMap, secret: &KeyPatterns) -> 
     named.len()
 }
 
-fn is_secret(name: &HeaderName, secret: &KeyPatterns) -> bool {
+pub fn is_secret(name: &HeaderName, secret: &KeyPatterns) -> bool {
     CREDENTIAL_HEADERS.contains(&name.as_str()) || secret.matches(name.as_str())
 }
 

@@ -107,6 +107,10 @@ pub struct Policy {
     pub strip: Arc<KeyPatterns>,
     pub injection: Option<Arc<Injection>>,
     pub generation: u64,
+    /// Whether a hit's head may carry icecache's marks and `ETag` packed into one field
+    /// (`wire::packed`): only when no strip pattern names one of them, since the answer's
+    /// fields are stripped by name.
+    pub packs_marks: bool,
 }
 
 impl PartialEq for Policy {
@@ -136,12 +140,16 @@ impl Policy {
         }
         let mut generation = [0u8; 8];
         generation.copy_from_slice(&hasher.finalize().as_bytes()[..8]);
+        let packs_marks = !crate::wire::packed::PACKED_NAMES
+            .iter()
+            .any(|name| headers::is_secret(name, &strip));
         Policy {
             identity,
             credentials,
             strip,
             injection,
             generation: u64::from_le_bytes(generation),
+            packs_marks,
         }
     }
 
@@ -343,5 +351,31 @@ mod tests {
         assert_eq!(a.generation, same.generation);
         assert_ne!(a.generation, other.generation);
         assert_ne!(a.generation, fewer_keys.generation);
+    }
+
+    #[test]
+    fn marks_are_packed_only_under_strip_keys_that_name_none_of_them() {
+        let packs = |strip: Arc<KeyPatterns>| {
+            build(
+                &settings(Identity::Shared, Credentials::Strip),
+                &PolicySettings::default(),
+                &strip,
+                "x",
+            )
+            .unwrap()
+            .packs_marks
+        };
+        let with = |patterns: &[&str]| packs(Arc::new(KeyPatterns::new(patterns.iter().copied())));
+        assert!(packs(strip()), "the default strip keys name a mark");
+        assert!(with(&[]));
+        for names_one in [
+            &["x-cache"][..],
+            &["ETag"],
+            &["*status"],
+            &["x-*"],
+            &["*tag"],
+        ] {
+            assert!(!with(names_one), "{names_one:?}");
+        }
     }
 }

@@ -11,7 +11,7 @@ use hyper::body::Incoming;
 use super::exchange::{answer_shape, outgoing, Answer, Exchange};
 use super::load::{self, caller_and_key};
 use super::relay::{forward, send_on};
-use crate::cache::{self, Ask, CachePhase};
+use crate::cache::{self, Ask, CachePhase, HeadForm};
 use crate::catalog::route::Operation;
 use crate::error::ProxyError;
 use crate::origin::CONDITIONALS;
@@ -33,7 +33,8 @@ pub async fn serve(
     let shape = answer_shape(operation);
     let sent = outgoing(&exchange, parts, shape)?;
     let names = exchange.route.take_names();
-    let (caller, key) = caller_and_key(&exchange, names, &sent);
+    // A check's own answer is built here, never from an entry's head.
+    let (caller, key) = caller_and_key(&exchange, names, &sent, HeadForm::Fields);
     let (reason, sent) = match key {
         Ok(key) => {
             let mut ask = Ask::new(key, sent, caller, exchange.settings.clone());
@@ -102,7 +103,8 @@ async fn from_load(
         _ => Operation::LoadTable,
     };
     let case = exchange.state.case.clone();
-    let loaded = load::serve(exchange, head).await?;
+    // With fields of its own: the load's body fields are removed by name below.
+    let loaded = load::serve(exchange, head, HeadForm::Fields).await?;
     let (mut parts, _body) = loaded.response.into_parts();
     if parts.status == StatusCode::OK {
         parts.status = StatusCode::NO_CONTENT;

@@ -11,7 +11,7 @@ use super::relay;
 use std::sync::Arc;
 
 use crate::cache::{
-    self, Ask, Cache, CacheKey, CachePhase, Caller, Failure, Later, Lookup, NoCacheReason,
+    self, Ask, Cache, CacheKey, CachePhase, Caller, Failure, HeadForm, Later, Lookup, NoCacheReason,
 };
 use crate::catalog::route::Route;
 use crate::error::ProxyError;
@@ -62,15 +62,21 @@ fn waits(rest: Rest) -> Served {
 pub async fn serve(
     mut exchange: Exchange<'_>,
     parts: http::request::Parts,
+    form: HeadForm,
 ) -> Result<Answer, ProxyError> {
-    match serve_now(&mut exchange, parts) {
+    match serve_now(&mut exchange, parts, form) {
         Served::Now(answer) => answer,
         Served::Later(rest) => serve_later(&exchange, *rest).await,
     }
 }
 
-/// As much of a load as needs no waiting: a hit is answered here.
-pub fn serve_now(exchange: &mut Exchange<'_>, parts: http::request::Parts) -> Served {
+/// As much of a load as needs no waiting: a hit is answered here, its head in `form` where the
+/// policy allows it.
+pub fn serve_now(
+    exchange: &mut Exchange<'_>,
+    parts: http::request::Parts,
+    form: HeadForm,
+) -> Served {
     let shape = answer_shape(exchange.route.operation);
     let sent = match outgoing(exchange, parts, shape) {
         Ok(sent) => sent,
@@ -81,7 +87,7 @@ pub fn serve_now(exchange: &mut Exchange<'_>, parts: http::request::Parts) -> Se
         return waits(Rest::Stream { sent, reason: None });
     };
     let route = exchange.route.take_names();
-    let (caller, key) = caller_and_key(exchange, route, &sent);
+    let (caller, key) = caller_and_key(exchange, route, &sent, form);
     match key {
         Ok(key) => {
             let mut ask = Ask::new(key, sent, caller, exchange.settings.clone());
@@ -166,6 +172,7 @@ pub(super) fn caller_and_key(
     exchange: &Exchange<'_>,
     route: Route,
     sent: &Outgoing,
+    form: HeadForm,
 ) -> (Caller, Result<CacheKey, NoCacheReason>) {
     let headers = sent.as_sent();
     let scope = exchange.state.identity.scope(&headers);
@@ -184,6 +191,10 @@ pub(super) fn caller_and_key(
             .collect::<SmallVec<[HeaderValue; 1]>>(),
         // The client's own Accept-Encoding: the catalog may have been asked for identity.
         accepts_gzip: accepts_gzip(sent.client_headers()),
+        form: match form {
+            HeadForm::Packed if exchange.policy.packs_marks => HeadForm::Packed,
+            _ => HeadForm::Fields,
+        },
     };
     let separator = exchange.state.separator.get();
     let key = CacheKey::for_load(

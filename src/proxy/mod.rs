@@ -27,7 +27,7 @@ use http::{Method, Request, Response};
 use http_body::Body as _;
 use hyper::body::Incoming;
 
-use crate::cache::{CachePhase, NoCacheReason};
+use crate::cache::{CachePhase, HeadForm, NoCacheReason};
 use crate::catalog::lenient::may_be_config;
 use crate::catalog::route::{classify, named, operation_of, Operation, Route};
 use crate::catalog::writes;
@@ -134,7 +134,9 @@ pub fn handle(
     {
         let mut exchange = admitted.exchange(&state, &request_id);
         let (parts, _body) = request.into_parts();
-        return match load::serve_now(&mut exchange, parts) {
+        // Its answer goes out as it is built: packed for an HTTP/1.x client.
+        let form = HeadForm::for_version(parts.version);
+        return match load::serve_now(&mut exchange, parts, form) {
             load::Served::Now(result) => {
                 Handled::ready(ending.conclude(&state, &request_id, result))
             }

@@ -1,6 +1,7 @@
 //! What goes on the wire whatever the route: the body type, the host a request names, hop-by-hop
 //! and forwarding headers, entity tags and conditionals, content codings, JSON read the way
-//! the loosest reader does, counts of seconds, request ids, and credentials marked sensitive.
+//! the loosest reader does, counts of seconds, request ids, credentials marked sensitive, and fields packed into one for
+//! heads built once.
 
 pub mod body;
 pub mod encoding;
@@ -9,6 +10,7 @@ pub mod headers;
 pub mod host;
 pub mod json;
 pub mod json_walk;
+pub mod packed;
 pub mod request_id;
 pub mod seconds;
 pub mod sensitive;

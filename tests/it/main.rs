@@ -23,6 +23,7 @@ mod events_nats;
 mod events_seaweedfs;
 mod existence_checks;
 mod fuzz_findings;
+mod hit_heads;
 mod idempotency;
 mod load_credentials;
 mod passthrough;

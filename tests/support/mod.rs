@@ -33,7 +33,6 @@ pub async fn h2_connection(
     (sender, tokio::spawn(connection))
 }
 
-/// The `x-cache` header of an answer (how icecache produced it).
 /// The head of icecache's answer to a GET of `path` sent as raw HTTP/1.1 bytes (a client
 /// library would normalise the path, and reads header names in any case), with `headers`
 /// (lines ending in CRLF) besides `Host`.
@@ -50,6 +49,7 @@ pub async fn raw_get_head(icecache: &Icecache, path: &str, headers: &str) -> Str
     text.split("\r\n\r\n").next().unwrap().to_owned()
 }
 
+/// The `x-cache` header of an answer (how icecache produced it).
 pub fn x_cache(response: &reqwest::Response) -> String {
     response.headers()["x-cache"].to_str().unwrap().to_owned()
 }

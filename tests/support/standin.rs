@@ -80,6 +80,9 @@ pub struct Shape {
     pub secret_headers: bool,
     /// The status of its `/v1/config` answer (200 unless set), the body the same.
     pub config_status: Option<u16>,
+    /// Headers every answer also carries (a CDN or a cache before the catalog marks its
+    /// answers so: `x-cache`, `Cache-Status`).
+    pub extra_headers: Vec<(&'static str, &'static str)>,
 }
 
 impl Default for Shape {
@@ -111,6 +114,7 @@ impl Default for Shape {
             refuses_head: false,
             says_views: false,
             secret_headers: false,
+            extra_headers: Vec::new(),
             config_status: None,
         }
     }
@@ -537,6 +541,12 @@ async fn answer(state: Arc<State>, request: Request<Incoming>) -> Result<Answer,
         None => answer,
     };
     let mut answer = if shape.gzip { gzipped(answer) } else { answer };
+    for (name, value) in &shape.extra_headers {
+        answer.headers_mut().append(
+            http::HeaderName::from_static(name),
+            http::HeaderValue::from_static(value),
+        );
+    }
     if shape.secret_headers {
         for name in SECRET_HEADERS {
             let value = format!("BURIED-header-{name}");

@@ -1,0 +1,221 @@
+//! A hit's head. Over HTTP/1.x icecache writes a hit's marks (`x-cache`, `Cache-Status`) and its
+//! `ETag` from a head built once per entry: on the wire every field is still a line of its own,
+//! once, whatever the catalog sent, in the same words HTTP/2 carries, `ETag` spelled so; and a
+//! policy that strips one of those names strips that one alone.
+
+use http_body_util::Empty;
+
+use crate::support::standin::{Shape, StandIn};
+use crate::support::{h2_connection, raw_get_head, Icecache};
+
+const PATH: &str = "/v1/namespaces/db/tables/t";
+const TOKEN: &str = "Authorization: Bearer alice\r\n";
+
+/// The fields of a raw HTTP/1.x head, in order; fails on any line that is not one field.
+fn fields(head: &str) -> Vec<(String, String)> {
+    head.split("\r\n")
+        .skip(1)
+        .map(|line| {
+            let (name, value) = line
+                .split_once(": ")
+                .unwrap_or_else(|| panic!("a line that is no field: {line:?} in\n{head}"));
+            assert!(
+                !name.is_empty() && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-'),
+                "a field name that is no token: {name:?} in\n{head}"
+            );
+            (name.to_owned(), value.to_owned())
+        })
+        .collect()
+}
+
+/// The values of every field named `name` (in any case).
+fn values<'a>(fields: &'a [(String, String)], name: &str) -> Vec<&'a str> {
+    fields
+        .iter()
+        .filter(|(n, _)| n.eq_ignore_ascii_case(name))
+        .map(|(_, v)| v.as_str())
+        .collect()
+}
+
+/// The one `ETag` of a head, which must be spelled `ETag`.
+fn etag(fields: &[(String, String)]) -> String {
+    let tags = values(fields, "etag");
+    assert_eq!(tags.len(), 1, "{fields:?}");
+    assert!(fields.iter().any(|(n, _)| n == "ETag"), "{fields:?}");
+    tags[0].to_owned()
+}
+
+/// A catalog behind a cache of its own: its answers carry that cache's marks and a tag.
+async fn marked_catalog() -> StandIn {
+    let catalog = StandIn::start(Shape {
+        etag: true,
+        extra_headers: vec![
+            ("x-cache", "MISS from cdn"),
+            ("cache-status", "cdn; fwd=miss"),
+        ],
+        ..Shape::default()
+    })
+    .await;
+    catalog.create("t");
+    catalog
+}
+
+/// Checks a head answered from an entry: one field per line, icecache's marks once each.
+fn assert_marked_once(head: &str) -> Vec<(String, String)> {
+    let fields = fields(head);
+    assert_eq!(values(&fields, "x-cache"), ["HIT"], "{head}");
+    assert_eq!(values(&fields, "cache-status"), ["icecache; hit"], "{head}");
+    assert_eq!(values(&fields, "age").len(), 1, "{head}");
+    fields
+}
+
+#[tokio::test]
+async fn every_field_of_a_hit_and_a_304_is_a_line_of_its_own_once() {
+    let catalog = marked_catalog().await;
+    let icecache = Icecache::start(&catalog.url, &[]).await;
+    let miss = raw_get_head(&icecache, PATH, TOKEN).await;
+    assert!(miss.starts_with("HTTP/1.1 200"), "{miss}");
+    let hit = raw_get_head(&icecache, PATH, TOKEN).await;
+    assert!(hit.starts_with("HTTP/1.1 200"), "{hit}");
+    let tag = etag(&assert_marked_once(&hit));
+    let direct = reqwest::Client::new()
+        .get(format!("{}{PATH}", catalog.url))
+        .bearer_auth("alice")
+        .send()
+        .await
+        .unwrap();
+    let theirs = direct.headers()["etag"].to_str().unwrap();
+    assert_ne!(tag, theirs, "the catalog's own tag went out");
+    let conditional = format!("{TOKEN}If-None-Match: {tag}\r\n");
+    let not_modified = raw_get_head(&icecache, PATH, &conditional).await;
+    assert!(not_modified.starts_with("HTTP/1.1 304"), "{not_modified}");
+    let fields = assert_marked_once(&not_modified);
+    assert_eq!(etag(&fields), tag);
+    assert_eq!(values(&fields, "vary").len(), 1, "{not_modified}");
+}
+
+#[tokio::test]
+async fn an_http10_hit_is_written_the_same_way() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let catalog = marked_catalog().await;
+    let icecache = Icecache::start(&catalog.url, &[]).await;
+    raw_get_head(&icecache, PATH, TOKEN).await;
+    let address = icecache.url.trim_start_matches("http://");
+    let mut stream = tokio::net::TcpStream::connect(address).await.unwrap();
+    let request = format!("GET {PATH} HTTP/1.0\r\nHost: {address}\r\n{TOKEN}\r\n");
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw).await.unwrap();
+    let text = String::from_utf8_lossy(&raw);
+    let head = text.split("\r\n\r\n").next().unwrap();
+    assert!(head.starts_with("HTTP/1.0 200"), "{head}");
+    etag(&assert_marked_once(head));
+}
+
+#[tokio::test]
+async fn the_gzip_representation_carries_its_own_tag() {
+    let catalog = marked_catalog().await;
+    let icecache = Icecache::start(&catalog.url, &[]).await;
+    raw_get_head(&icecache, PATH, TOKEN).await;
+    let identity = etag(&assert_marked_once(
+        &raw_get_head(&icecache, PATH, TOKEN).await,
+    ));
+    let gzip = format!("{TOKEN}Accept-Encoding: gzip\r\n");
+    let head = raw_get_head(&icecache, PATH, &gzip).await;
+    let fields = assert_marked_once(&head);
+    assert_eq!(values(&fields, "content-encoding"), ["gzip"], "{head}");
+    let tag = etag(&fields);
+    assert_ne!(tag, identity);
+    let conditional = format!("{gzip}If-None-Match: {tag}\r\n");
+    let not_modified = raw_get_head(&icecache, PATH, &conditional).await;
+    assert!(not_modified.starts_with("HTTP/1.1 304"), "{not_modified}");
+    assert_eq!(etag(&assert_marked_once(&not_modified)), tag);
+}
+
+#[tokio::test]
+async fn an_http2_hit_carries_the_fields_an_http1_hit_carries() {
+    let catalog = marked_catalog().await;
+    let icecache = Icecache::start(&catalog.url, &[]).await;
+    raw_get_head(&icecache, PATH, TOKEN).await;
+    let h1 = fields(&raw_get_head(&icecache, PATH, TOKEN).await);
+    let address = icecache.url.trim_start_matches("http://").to_owned();
+    let (mut sender, _connection) = h2_connection(&address).await;
+    let request = http::Request::get(format!("http://{address}{PATH}"))
+        .header("authorization", "Bearer alice")
+        .body(Empty::new())
+        .unwrap();
+    let answer = sender.send_request(request).await.unwrap();
+    assert_eq!(answer.status(), 200);
+    let mut h2: Vec<(String, String)> = answer
+        .headers()
+        .iter()
+        .map(|(n, v)| (n.as_str().to_owned(), v.to_str().unwrap().to_owned()))
+        .collect();
+    let mut h1: Vec<(String, String)> = h1
+        .into_iter()
+        .map(|(n, v)| (n.to_ascii_lowercase(), v))
+        // Per request, or per connection on HTTP/1.1 only.
+        .filter(|(n, _)| !["date", "age", "connection"].contains(&n.as_str()))
+        .collect();
+    h2.retain(|(n, _)| !["date", "age"].contains(&n.as_str()));
+    h1.sort();
+    h2.sort();
+    assert_eq!(h1, h2);
+}
+
+/// Strips `name` from answers (`--strip-keys` names both body members and header names).
+async fn stripping(name: &str) -> (StandIn, Icecache) {
+    let catalog = marked_catalog().await;
+    let flags = ["--credentials", "strip", "--strip-keys", name];
+    let icecache = Icecache::start(&catalog.url, &flags).await;
+    raw_get_head(&icecache, PATH, TOKEN).await;
+    (catalog, icecache)
+}
+
+#[tokio::test]
+async fn a_policy_that_strips_x_cache_strips_it_alone() {
+    let (_catalog, icecache) = stripping("x-cache").await;
+    let head = raw_get_head(&icecache, PATH, TOKEN).await;
+    let hit = fields(&head);
+    assert!(values(&hit, "x-cache").is_empty(), "{head}");
+    assert_eq!(values(&hit, "cache-status"), ["icecache; hit"], "{head}");
+    let tag = etag(&hit);
+    let conditional = format!("{TOKEN}If-None-Match: {tag}\r\n");
+    let not_modified = raw_get_head(&icecache, PATH, &conditional).await;
+    assert!(not_modified.starts_with("HTTP/1.1 304"), "{not_modified}");
+    assert_eq!(etag(&fields(&not_modified)), tag);
+}
+
+#[tokio::test]
+async fn a_policy_that_strips_etag_strips_it_alone() {
+    let (_catalog, icecache) = stripping("etag").await;
+    let head = raw_get_head(&icecache, PATH, TOKEN).await;
+    let fields = fields(&head);
+    assert!(values(&fields, "etag").is_empty(), "{head}");
+    assert_eq!(values(&fields, "x-cache"), ["HIT"], "{head}");
+    assert_eq!(values(&fields, "cache-status"), ["icecache; hit"], "{head}");
+}
+
+#[tokio::test]
+async fn a_stale_answer_and_its_304_carry_their_own_marks_once() {
+    let catalog = marked_catalog().await;
+    let flags = ["--fresh-for", "100ms", "--stale-if-error", "60s"];
+    let icecache = Icecache::start(&catalog.url, &flags).await;
+    let tag = etag(&fields(&raw_get_head(&icecache, PATH, TOKEN).await));
+    catalog.reshape(|shape| shape.status = Some(503));
+    // Past its freshness (the clock, not a bound on anything's speed).
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let conditional = format!("{TOKEN}If-None-Match: {tag}\r\n");
+    for (headers, status) in [(TOKEN, "200"), (conditional.as_str(), "304")] {
+        let head = raw_get_head(&icecache, PATH, headers).await;
+        assert!(head.starts_with(&format!("HTTP/1.1 {status}")), "{head}");
+        let fields = fields(&head);
+        assert_eq!(values(&fields, "x-cache"), ["STALE"], "{head}");
+        assert_eq!(
+            values(&fields, "cache-status"),
+            ["icecache; hit; detail=stale"],
+            "{head}"
+        );
+        assert_eq!(etag(&fields), tag);
+    }
+}
