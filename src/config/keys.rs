@@ -198,7 +198,7 @@ keys! {
     "workers", Some("workers"), Kind::Count { min: 1, max: 1024 }, Computed("CPUs"), Restart, false,
         "proxy worker threads, each with its own runtime and `SO_REUSEPORT` listener; `max_connections` is shared out among them, rounded up";
     "shutdown_grace", Some("shutdown-grace"), duration(NONE, DAY), Value("30s"), Restart, false,
-        "on SIGTERM/SIGINT, time for in-flight requests to finish";
+        "on SIGTERM/SIGINT, time for in-flight requests to finish and for clients of closed connections to read what they were sent";
     "namespace_separator", Some("namespace-separator"), Kind::Text, Value("%1F"), Restart, false,
         "namespace separator, URL-encoded, until the catalog advertises its own in `/v1/config`; `%1F` is always accepted too";
     "public_url", Some("public-url"), Kind::Text, Unset("unset"), Applied, false,

@@ -1,6 +1,7 @@
 //! Where requests come in: the accept loop with its protocol detection, limits and drain
 //! (`server`), when a connection is idle (`activity`) and whether the kernel still
-//! drains an answer to its client (`kernel_queue`), TLS on both sides with certificate
+//! drains an answer to its client (`kernel_queue`), a close that lets the client read what it
+//! was sent (`lingering`), TLS on both sides with certificate
 //! reload (`tls`), HTTP/2's TLS records sent once per turn of its connection (`corked`), and
 //! writing `ETag` in that case on HTTP/1.1 (`header_case`).
 
@@ -8,5 +9,6 @@ mod activity;
 mod corked;
 pub mod header_case;
 mod kernel_queue;
+mod lingering;
 pub mod server;
 pub mod tls;

@@ -22,6 +22,7 @@ use tokio_rustls::TlsAcceptor;
 use super::activity::{Activity, Counted, Watched};
 use super::corked::Corked;
 use super::kernel_queue::KernelQueue;
+use super::lingering::Lingering;
 use crate::wire::body::Body;
 
 /// Connection limits of one listener.
@@ -157,11 +158,13 @@ pub async fn serve<M, S>(
             let result = match tls {
                 None => match speaks_h2(&stream, deadline).await {
                     Some(h2) => {
+                        let stream = Lingering::new(stream, permit);
                         serve_io(&protocols, &limits, shutdown, stream, fd, h2, service).await
                     }
                     None => return,
                 },
                 Some(acceptor) => {
+                    let stream = Lingering::new(stream, permit);
                     // The handshake is bounded like a request head.
                     let stream = match tokio::time::timeout(deadline, acceptor.accept(stream)).await
                     {
@@ -185,11 +188,11 @@ pub async fn serve<M, S>(
             if let Err(e) = result {
                 tracing::debug!(peer = %peer, error = %e, "connection ended with an error");
             }
-            drop(permit);
         });
     }
     drop(listener);
-    // Every connection holds a permit until it closes: all of them back means all closed.
+    // Every connection holds a permit until it closes (a lingering one until its client has
+    // read what it was sent): all of them back means all closed.
     let all = u32::try_from(limits.max_connections).unwrap_or(u32::MAX);
     if tokio::time::timeout(limits.shutdown_grace, permits.acquire_many(all))
         .await
@@ -197,7 +200,8 @@ pub async fn serve<M, S>(
     {
         tracing::warn!(
             grace = ?limits.shutdown_grace,
-            "in-flight requests still running after the shutdown grace period; closing them"
+            "connections still open after the shutdown grace period (requests in flight, or \
+             clients still reading a closed connection's last answer); closing them"
         );
     }
 }

@@ -13,6 +13,7 @@ mod cache_keys;
 mod catalog_faults;
 mod catalog_protection;
 mod catalog_validators;
+mod closing;
 mod command_line;
 mod config_route;
 mod connections;

@@ -5,6 +5,8 @@
 //! cut.
 
 use bytes::Bytes;
+use std::time::Duration;
+
 use http_body_util::{BodyExt, Empty};
 use hyper::client::conn::http2::SendRequest;
 use rustls_pki_types::pem::PemObject;
@@ -27,6 +29,21 @@ async fn h2_over_tls(
     SendRequest<Empty<Bytes>>,
     JoinHandle<Result<(), hyper::Error>>,
 ) {
+    let address = icecache.url.trim_start_matches("http://");
+    let tcp = tokio::net::TcpStream::connect(address).await.unwrap();
+    h2_over_tls_on(tcp, ca, window, connection_window).await
+}
+
+/// The same on a connection made already.
+async fn h2_over_tls_on(
+    tcp: tokio::net::TcpStream,
+    ca: &Ca,
+    window: u32,
+    connection_window: u32,
+) -> (
+    SendRequest<Empty<Bytes>>,
+    JoinHandle<Result<(), hyper::Error>>,
+) {
     install_crypto();
     let mut roots = rustls::RootCertStore::empty();
     for cert in rustls_pki_types::CertificateDer::pem_slice_iter(ca.pem().as_bytes()) {
@@ -36,8 +53,6 @@ async fn h2_over_tls(
         .with_root_certificates(roots)
         .with_no_client_auth();
     config.alpn_protocols = vec![b"h2".to_vec()];
-    let address = icecache.url.trim_start_matches("http://");
-    let tcp = tokio::net::TcpStream::connect(address).await.unwrap();
     let name = rustls_pki_types::ServerName::try_from("localhost").unwrap();
     let tls = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config))
         .connect(name, tcp)
@@ -236,4 +251,41 @@ async fn a_client_on_tls_that_grants_no_window_for_a_large_answer_is_cut() {
         got += frame.data_ref().map_or(0, |d| d.len());
     }
     assert!(got < 4 << 20, "the whole answer arrived: {got} bytes");
+}
+
+#[tokio::test]
+async fn a_stopping_icecache_lets_a_slow_reader_read_its_answer_whole() {
+    let (catalog, mut icecache, ca, _files) = tls_in_front_of_a_stand_in(&[]).await;
+    let tables = tables_of_every_size(&catalog, &icecache, &ca).await;
+    let (table, expected) = tables.last().unwrap().clone();
+    // A client that buffers little and reads at about 1 MB/s, giving window back as it reads:
+    // it still sends when icecache has written its last bytes and closed.
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(8 << 10).unwrap();
+    let address = icecache.url.trim_start_matches("http://").parse().unwrap();
+    let tcp = socket.connect(address).await.unwrap();
+    let (mut sender, _connection) = h2_over_tls_on(tcp, &ca, 65_535, 65_535).await;
+    let answer = sender
+        .send_request(request("GET", &icecache, &table, None))
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 200);
+    let stopped = tokio::task::spawn_blocking(move || icecache.terminate());
+    let mut body = answer.into_body();
+    let mut got = Vec::new();
+    let read = async {
+        while let Some(frame) = body.frame().await {
+            let frame = frame.expect("a frame, not a reset");
+            if let Some(data) = frame.data_ref() {
+                got.extend_from_slice(data);
+                tokio::time::sleep(Duration::from_micros(data.len() as u64)).await;
+            }
+        }
+    };
+    tokio::time::timeout(PATIENCE, read)
+        .await
+        .expect("the answer ended");
+    assert!(got == expected, "{} bytes of {}", got.len(), expected.len());
+    let status = stopped.await.unwrap();
+    assert!(status.success(), "{status:?}");
 }
