@@ -5,20 +5,14 @@
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 
 use crate::support::standin::{Shape, StandIn};
-use crate::support::{raw_get_head, Icecache, PATIENCE};
+use crate::support::{raw_get_head, small_buffer_connection, Icecache, PATIENCE};
 
 const BIG: usize = 3 << 20;
 
-/// A connection whose receive buffer is fixed small (the kernel doubles it), so that most of
-/// an answer waits on icecache's side of the connection.
-async fn small_buffer_connection(address: &str) -> TcpStream {
-    let socket = tokio::net::TcpSocket::new_v4().unwrap();
-    socket.set_recv_buffer_size(8 << 10).unwrap();
-    socket.connect(address.parse().unwrap()).await.unwrap()
-}
+/// A receive buffer small enough that most of an answer waits on icecache's side.
+const SMALL_BUFFER: u32 = 8 << 10;
 
 #[tokio::test]
 async fn a_client_that_sends_more_after_a_closing_answer_still_reads_it_whole() {
@@ -34,7 +28,7 @@ async fn a_client_that_sends_more_after_a_closing_answer_still_reads_it_whole() 
     let head = raw_get_head(&icecache, path, token).await;
     assert!(head.starts_with("HTTP/1.1 200"), "{head}");
     let address = icecache.url.trim_start_matches("http://").to_owned();
-    let mut client = small_buffer_connection(&address).await;
+    let mut client = small_buffer_connection(&address, SMALL_BUFFER).await;
     let request =
         format!("GET {path} HTTP/1.1\r\nHost: {address}\r\n{token}Connection: close\r\n\r\n");
     client.write_all(request.as_bytes()).await.unwrap();
@@ -89,7 +83,7 @@ fn literal(name: &str, value: &str) -> Vec<u8> {
 /// and gives each DATA frame's bytes back as window. Returns the body's length, or why it
 /// ended short.
 async fn goodbye_then_read(address: &str, path: &str) -> Result<usize, String> {
-    let mut client = small_buffer_connection(address).await;
+    let mut client = small_buffer_connection(address, SMALL_BUFFER).await;
     let mut hello = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
     hello.extend(frame(0x4, 0, 0, &[]));
     let mut fields = Vec::new();

@@ -6,7 +6,10 @@
 use std::time::{Duration, Instant};
 
 use crate::support::standin::{Shape, StandIn};
-use crate::support::{eventually, h2_connection, metric, Icecache, PATIENCE};
+use crate::support::{
+    eventually, h2_connection, h2_handshake, metric, small_buffer_connection, H2Client, Icecache,
+    PATIENCE,
+};
 use http_body_util::BodyExt;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -83,13 +86,6 @@ async fn read_answer(
         got += n;
     }
     (head, got)
-}
-
-/// A connection whose receive buffer is fixed at `bytes` (the kernel doubles it).
-async fn small_buffer_connection(address: &str, bytes: u32) -> TcpStream {
-    let socket = tokio::net::TcpSocket::new_v4().unwrap();
-    socket.set_recv_buffer_size(bytes).unwrap();
-    socket.connect(address.parse().unwrap()).await.unwrap()
 }
 
 /// The next request on a kept-alive HTTP/1.1 connection is answered.
@@ -425,25 +421,10 @@ async fn a_client_that_stops_reading_is_cut_after_the_idle_timeout() {
 }
 
 /// An HTTP/2 connection to `address` whose client grants each stream `window` bytes and the
-/// connection `connection_window`, more only as it reads (none while it reads nothing), and
-/// answers pings (its connection task runs).
-async fn h2_with_windows(
-    address: &str,
-    window: u32,
-    connection_window: u32,
-) -> (
-    hyper::client::conn::http2::SendRequest<http_body_util::Empty<bytes::Bytes>>,
-    tokio::task::JoinHandle<Result<(), hyper::Error>>,
-) {
+/// connection `connection_window` (see `h2_handshake`).
+async fn h2_with_windows(address: &str, window: u32, connection_window: u32) -> H2Client {
     let stream = TcpStream::connect(address).await.unwrap();
-    let (sender, connection) =
-        hyper::client::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
-            .initial_stream_window_size(window)
-            .initial_connection_window_size(connection_window)
-            .handshake(hyper_util::rt::TokioIo::new(stream))
-            .await
-            .unwrap();
-    (sender, tokio::spawn(connection))
+    h2_handshake(stream, window, connection_window).await
 }
 
 /// Waits for an HTTP/2 connection to end (within `PATIENCE`, or the test fails) and returns

@@ -10,10 +10,9 @@ use std::time::Duration;
 use http_body_util::{BodyExt, Empty};
 use hyper::client::conn::http2::SendRequest;
 use rustls_pki_types::pem::PemObject;
-use tokio::task::JoinHandle;
 
 use crate::support::standin::{Shape, StandIn};
-use crate::support::{Icecache, PATIENCE};
+use crate::support::{h2_handshake, small_buffer_connection, H2Client, Icecache, PATIENCE};
 use crate::tls::{install_crypto, tls_icecache, Ca, Files};
 
 const PATH: &str = "/v1/namespaces/db/tables";
@@ -25,10 +24,7 @@ async fn h2_over_tls(
     ca: &Ca,
     window: u32,
     connection_window: u32,
-) -> (
-    SendRequest<Empty<Bytes>>,
-    JoinHandle<Result<(), hyper::Error>>,
-) {
+) -> H2Client {
     let address = icecache.url.trim_start_matches("http://");
     let tcp = tokio::net::TcpStream::connect(address).await.unwrap();
     h2_over_tls_on(tcp, ca, window, connection_window).await
@@ -40,10 +36,7 @@ async fn h2_over_tls_on(
     ca: &Ca,
     window: u32,
     connection_window: u32,
-) -> (
-    SendRequest<Empty<Bytes>>,
-    JoinHandle<Result<(), hyper::Error>>,
-) {
+) -> H2Client {
     install_crypto();
     let mut roots = rustls::RootCertStore::empty();
     for cert in rustls_pki_types::CertificateDer::pem_slice_iter(ca.pem().as_bytes()) {
@@ -59,14 +52,7 @@ async fn h2_over_tls_on(
         .await
         .unwrap();
     assert_eq!(tls.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
-    let (sender, connection) =
-        hyper::client::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
-            .initial_stream_window_size(window)
-            .initial_connection_window_size(connection_window)
-            .handshake(hyper_util::rt::TokioIo::new(tls))
-            .await
-            .unwrap();
-    (sender, tokio::spawn(connection))
+    h2_handshake(tls, window, connection_window).await
 }
 
 /// An HTTP/1.1-only client over TLS, the reference an HTTP/2 answer is compared with.
@@ -260,10 +246,8 @@ async fn a_stopping_icecache_lets_a_slow_reader_read_its_answer_whole() {
     let (table, expected) = tables.last().unwrap().clone();
     // A client that buffers little and reads at about 1 MB/s, giving window back as it reads:
     // it still sends when icecache has written its last bytes and closed.
-    let socket = tokio::net::TcpSocket::new_v4().unwrap();
-    socket.set_recv_buffer_size(8 << 10).unwrap();
-    let address = icecache.url.trim_start_matches("http://").parse().unwrap();
-    let tcp = socket.connect(address).await.unwrap();
+    let address = icecache.url.trim_start_matches("http://").to_owned();
+    let tcp = small_buffer_connection(&address, 8 << 10).await;
     let (mut sender, _connection) = h2_over_tls_on(tcp, &ca, 65_535, 65_535).await;
     let answer = sender
         .send_request(request("GET", &icecache, &table, None))

@@ -33,6 +33,40 @@ pub async fn h2_connection(
     (sender, tokio::spawn(connection))
 }
 
+/// A connection to `address` whose receive buffer is fixed at `bytes` (the kernel doubles it),
+/// so that most of a large answer waits on icecache's side.
+#[allow(dead_code)] // the core suite (tests/it) uses it
+pub async fn small_buffer_connection(address: &str, bytes: u32) -> tokio::net::TcpStream {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(bytes).unwrap();
+    socket.connect(address.parse().unwrap()).await.unwrap()
+}
+
+/// An HTTP/2 client's sending half and its connection's task.
+#[allow(dead_code)] // the core suite (tests/it) uses it
+pub type H2Client = (
+    hyper::client::conn::http2::SendRequest<http_body_util::Empty<bytes::Bytes>>,
+    tokio::task::JoinHandle<Result<(), hyper::Error>>,
+);
+
+/// An HTTP/2 client on `io` that grants each stream `window` bytes and the connection
+/// `connection_window`, more only as it reads (none while it reads nothing), and answers pings
+/// (its connection task runs).
+#[allow(dead_code)] // the core suite (tests/it) uses it
+pub async fn h2_handshake<I>(io: I, window: u32, connection_window: u32) -> H2Client
+where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let (sender, connection) =
+        hyper::client::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
+            .initial_stream_window_size(window)
+            .initial_connection_window_size(connection_window)
+            .handshake(hyper_util::rt::TokioIo::new(io))
+            .await
+            .unwrap();
+    (sender, tokio::spawn(connection))
+}
+
 /// The head of icecache's answer to a GET of `path` sent as raw HTTP/1.1 bytes (a client
 /// library would normalise the path, and reads header names in any case), with `headers`
 /// (lines ending in CRLF) besides `Host`.
