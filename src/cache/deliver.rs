@@ -4,23 +4,32 @@
 
 use std::sync::Arc;
 
+use http::HeaderMap;
+
 use super::*;
 
 impl Cache {
     /// The entry's answer, or what `load_later` must finish before it is given.
+    /// Answered at once, the head is written into the request's own emptied map: nothing reads
+    /// the request after its answer is decided.
     pub(super) fn deliver_or_later(
         &self,
-        ask: &Ask,
+        ask: &mut Ask,
         entry: Arc<Entry>,
         phase: CachePhase,
         now: Instant,
     ) -> Result<Lookup, Later> {
-        self.deliver_now(ask, &entry, phase, now)
-            .map_err(|servable| Later::Deliver {
+        match self.servable(ask, &entry) {
+            Servable::Yes => {
+                let spare = ask.request.spare_headers();
+                Ok(self.served_entry(&ask.caller, &entry, phase, now, spare))
+            }
+            servable => Err(Later::Deliver {
                 entry,
                 phase,
                 servable,
-            })
+            }),
+        }
     }
 
     /// The answer to this request from a fill's outcome.
@@ -78,18 +87,13 @@ impl Cache {
         phase: CachePhase,
     ) -> Result<Lookup, Failure> {
         match outcome {
-            FillOutcome::Entry(entry) => Ok(Lookup::Served {
-                response: respond::from_entry(
-                    &entry,
-                    phase,
-                    caller,
-                    self.counted(),
-                    &self.case,
-                    Instant::now(),
-                ),
+            FillOutcome::Entry(entry) => Ok(self.served_entry(
+                caller,
+                &entry,
                 phase,
-                reason: None,
-            }),
+                Instant::now(),
+                HeaderMap::new(),
+            )),
             FillOutcome::Answer(answer) => Ok(self.served_answer(&answer, phase, caller)),
             FillOutcome::TooLarge => Ok(Lookup::Stream(NoCacheReason::TooLarge)),
             FillOutcome::Failed(e) => Err(Failure {
@@ -139,23 +143,34 @@ impl Cache {
         phase: CachePhase,
         now: Instant,
     ) -> Result<Lookup, Servable> {
-        let caller = &ask.caller;
-        let servable = entry.servable_to(
-            &ask.request.as_filled(),
-            caller.policy.identity,
-            caller.scope,
-            &self.confirmations,
-        );
-        match servable {
-            Servable::Yes => Ok(self.served_entry(ask, entry, phase, now)),
+        match self.servable(ask, entry) {
+            Servable::Yes => Ok(self.served_entry(&ask.caller, entry, phase, now, HeaderMap::new())),
             servable => Err(servable),
         }
     }
 
-    /// The entry's answer at `now` to a caller that may have it.
-    fn served_entry(&self, ask: &Ask, entry: &Entry, phase: CachePhase, now: Instant) -> Lookup {
+    /// Whether this caller may have the entry as it is.
+    fn servable(&self, ask: &Ask, entry: &Entry) -> Servable {
+        let caller = &ask.caller;
+        entry.servable_to(
+            &ask.request.as_filled(),
+            caller.policy.identity,
+            caller.scope,
+            &self.confirmations,
+        )
+    }
+
+    /// The entry's answer at `now` to a caller that may have it, its head written into `spare`.
+    fn served_entry(
+        &self,
+        caller: &Caller,
+        entry: &Entry,
+        phase: CachePhase,
+        now: Instant,
+        spare: HeaderMap,
+    ) -> Lookup {
         let response =
-            respond::from_entry(entry, phase, &ask.caller, self.counted(), &self.case, now);
+            respond::from_entry(entry, phase, caller, self.counted(), &self.case, now, spare);
         Lookup::Served {
             response,
             phase,
@@ -173,7 +188,13 @@ impl Cache {
     ) -> Result<Lookup, Failure> {
         match servable {
             // `deliver_now` answers these; one that reaches here is served all the same.
-            Servable::Yes => Ok(self.served_entry(ask, entry, phase, Instant::now())),
+            Servable::Yes => Ok(self.served_entry(
+                &ask.caller,
+                entry,
+                phase,
+                Instant::now(),
+                HeaderMap::new(),
+            )),
             // Fetched for a request that differed in a header the catalog varies on.
             Servable::OtherVariant => {
                 Box::pin(self.bypass(

@@ -269,7 +269,6 @@ impl Cache {
     /// `load_later`. A hit never builds a future.
     pub fn load_now(self: &Arc<Self>, ask: &mut Ask) -> Result<Lookup, Later> {
         ask.coordination = self.tier.coordinate();
-        let ask = &*ask;
         let now = Instant::now();
         // One clock reading for the whole lookup: a hit is answered before it could move on.
         let held = self.store.get(&ask.key, ask.caller.policy.generation, now);

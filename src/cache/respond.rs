@@ -52,7 +52,7 @@ static KEPT_ON_304: [HeaderName; 3] = [
 ];
 
 /// The head of a 304 from an entry's `headers`, for the representation tagged `etag`, marked
-/// as a hit, with a place for `Age`.
+/// as a hit.
 fn not_modified_head(headers: &HeaderMap, etag: &HeaderValue, form: HeadForm) -> HeaderMap {
     let mut head = HeaderMap::with_capacity(KEPT_ON_304.len() + 4);
     for name in &KEPT_ON_304 {
@@ -63,9 +63,7 @@ fn not_modified_head(headers: &HeaderMap, etag: &HeaderValue, form: HeadForm) ->
     kept_head(head, etag, form)
 }
 
-/// A head as an entry keeps it: its `ETag`, marked as a hit, with its place for `Age` (writing
-/// `Age` then replaces a value in a copy instead of growing it: a copied map has no room to
-/// spare).
+/// A head as an entry keeps it: its `ETag`, marked as a hit (`Age` is the answer's own).
 fn kept_head(mut head: HeaderMap, etag: &HeaderValue, form: HeadForm) -> HeaderMap {
     let hit = CachePhase::Hit;
     let packed = match form {
@@ -93,12 +91,28 @@ fn kept_head(mut head: HeaderMap, etag: &HeaderValue, form: HeadForm) -> HeaderM
             mark_phase(&mut head, hit);
         }
     }
-    head.insert(header::AGE, HeaderValue::from_static("0"));
     head
 }
 
-/// The answer to `caller` from `entry` at `now`. Never a 304 without `If-None-Match`, nor one
-/// that would confirm credentials past their window.
+/// The fields an answer from an entry may add to its kept head: `Age`, and the marks of a phase
+/// other than a hit.
+const ADDED: usize = 3;
+
+/// `head` written into `into`: a map the request's own headers were emptied from (whose room,
+/// the size of a request's head, hyper keeps for the connection's next request to be parsed
+/// into without growing), or a new one.
+fn written_into(head: &HeaderMap, mut into: HeaderMap) -> HeaderMap {
+    into.clear();
+    into.reserve(head.len() + ADDED);
+    for (name, value) in head {
+        into.append(name.clone(), value.clone());
+    }
+    into
+}
+
+/// The answer to `caller` from `entry` at `now`, its head written into `spare` (see
+/// `written_into`). Never a 304 without `If-None-Match`, nor one that would confirm credentials
+/// past their window.
 pub fn from_entry(
     entry: &Entry,
     phase: CachePhase,
@@ -106,6 +120,7 @@ pub fn from_entry(
     counted: (&CacheMetrics, &Stage),
     case: &Extensions,
     now: Instant,
+    spare: HeaderMap,
 ) -> Response<Body> {
     let content = &entry.content;
     let gzip = content.gzip.as_ref().filter(|_| caller.accepts_gzip);
@@ -127,7 +142,7 @@ pub fn from_entry(
         });
         let mut r = Response::new(empty());
         *r.status_mut() = StatusCode::NOT_MODIFIED;
-        *r.headers_mut() = head.clone();
+        *r.headers_mut() = written_into(head, spare);
         finish(&mut r, entry, phase, now, case, form);
         return r;
     }
@@ -148,13 +163,13 @@ pub fn from_entry(
         }
     };
     let mut response = Response::new(body);
-    *response.headers_mut() = head.clone();
+    *response.headers_mut() = written_into(head, spare);
     finish(&mut response, entry, phase, now, case, form);
     response
 }
 
 /// The head of a 200 from an entry's content, in the gzip representation or the identity one,
-/// marked as a hit, with a place for `Age`.
+/// marked as a hit.
 fn full_head(content: &Content, gzip: Option<&Gzipped>, form: HeadForm) -> HeaderMap {
     let mut head = HeaderMap::with_capacity(content.headers.len() + 6);
     for (name, value) in &content.headers {
@@ -270,7 +285,7 @@ mod tests {
     fn a_packed_head_holds_the_marks_and_the_tag_in_one_field_and_nothing_of_the_catalogs() {
         let head = kept_head(marked_by_a_cdn(), &tag(), HeadForm::Packed);
         let names: Vec<&str> = head.keys().map(|n| n.as_str()).collect();
-        assert_eq!(names, ["vary", "x-cache", "age"]);
+        assert_eq!(names, ["vary", "x-cache"]);
         assert_eq!(
             head[&X_CACHE].as_bytes(),
             b"HIT\r\nETag: \"abc\"\r\ncache-status: icecache; hit"
@@ -280,10 +295,9 @@ mod tests {
     #[test]
     fn a_head_of_fields_holds_each_mark_and_the_tag_once() {
         let head = kept_head(marked_by_a_cdn(), &tag(), HeadForm::Fields);
-        assert_eq!(head.len(), 5);
+        assert_eq!(head.len(), 4);
         assert_eq!(head[header::ETAG], "\"abc\"");
         assert_eq!(head[&X_CACHE], "HIT");
         assert_eq!(head[&CACHE_STATUS], "icecache; hit");
-        assert_eq!(head[header::AGE], "0");
     }
 }

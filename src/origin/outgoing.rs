@@ -37,6 +37,8 @@ pub struct Outgoing {
     /// The headers as sent, once something needs them.
     /// Boxed: a hit never builds it, and moves the request a few times.
     built: OnceLock<Box<HeaderMap>>,
+    /// Whether `client` was handed on as an answer's map (`spare_headers`).
+    spent: bool,
 }
 
 /// Where the value of one header as sent is found.
@@ -72,11 +74,23 @@ impl Outgoing {
             client: parts.headers,
             how,
             built: OnceLock::new(),
+            spent: false,
         })
+    }
+
+    /// The client's header map, emptied, for an answer's head to be written into (its room is
+    /// the size of a request's head, which hyper reuses for the connection's next request).
+    /// Taken only once the answer is decided: the request's headers are not read after.
+    pub fn spare_headers(&mut self) -> HeaderMap {
+        self.spent = true;
+        let mut spare = std::mem::take(&mut self.client);
+        spare.clear();
+        spare
     }
 
     /// The client's own headers (what it accepts, not what the catalog is asked for).
     pub fn client_headers(&self) -> &HeaderMap {
+        debug_assert!(!self.spent, "a request's headers read after its answer took them");
         &self.client
     }
 
@@ -113,6 +127,7 @@ impl Outgoing {
 
     fn built(&self) -> &HeaderMap {
         self.built.get_or_init(|| {
+            debug_assert!(!self.spent, "a request's headers read after its answer took them");
             Box::new(sent_headers(
                 &self.client,
                 self.authority.as_ref(),
@@ -125,6 +140,7 @@ impl Outgoing {
     /// asks this of every header it reads (a test holds the hop-by-hop names to the list the
     /// forwarding rules remove).
     fn source(&self, name: &HeaderName) -> Source {
+        debug_assert!(!self.spent, "a request's headers read after its answer took them");
         // `Connection` may name any header as hop-by-hop (rare): read the built set.
         if self.connection {
             return Source::Built;
