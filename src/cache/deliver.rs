@@ -87,13 +87,9 @@ impl Cache {
         phase: CachePhase,
     ) -> Result<Lookup, Failure> {
         match outcome {
-            FillOutcome::Entry(entry) => Ok(self.served_entry(
-                caller,
-                &entry,
-                phase,
-                Instant::now(),
-                HeaderMap::new(),
-            )),
+            FillOutcome::Entry(entry) => {
+                Ok(self.served_entry(caller, &entry, phase, Instant::now(), HeaderMap::new()))
+            }
             FillOutcome::Answer(answer) => Ok(self.served_answer(&answer, phase, caller)),
             FillOutcome::TooLarge => Ok(Lookup::Stream(NoCacheReason::TooLarge)),
             FillOutcome::Failed(e) => Err(Failure {
@@ -144,7 +140,9 @@ impl Cache {
         now: Instant,
     ) -> Result<Lookup, Servable> {
         match self.servable(ask, entry) {
-            Servable::Yes => Ok(self.served_entry(&ask.caller, entry, phase, now, HeaderMap::new())),
+            Servable::Yes => {
+                Ok(self.served_entry(&ask.caller, entry, phase, now, HeaderMap::new()))
+            }
             servable => Err(servable),
         }
     }
@@ -188,13 +186,9 @@ impl Cache {
     ) -> Result<Lookup, Failure> {
         match servable {
             // `deliver_now` answers these; one that reaches here is served all the same.
-            Servable::Yes => Ok(self.served_entry(
-                &ask.caller,
-                entry,
-                phase,
-                Instant::now(),
-                HeaderMap::new(),
-            )),
+            Servable::Yes => {
+                Ok(self.served_entry(&ask.caller, entry, phase, Instant::now(), HeaderMap::new()))
+            }
             // Fetched for a request that differed in a header the catalog varies on.
             Servable::OtherVariant => {
                 Box::pin(self.bypass(

@@ -20,6 +20,7 @@ use super::request::{
 };
 use crate::catalog::route::Operation;
 use crate::wire::headers::HeaderLookup;
+use crate::wire::name_bits::NameBits;
 
 pub struct Outgoing {
     pub method: Method,
@@ -34,6 +35,8 @@ pub struct Outgoing {
     how: Sending,
     /// Whether the client sent `Connection`.
     connection: bool,
+    /// Which names the client's headers may hold: most names a hit reads are absent.
+    names: NameBits,
     /// The headers as sent, once something needs them.
     /// Boxed: a hit never builds it, and moves the request a few times.
     built: OnceLock<Box<HeaderMap>>,
@@ -65,12 +68,15 @@ impl Outgoing {
         operation: Operation,
         url: &UpstreamUrl,
     ) -> Result<Self, UnsendablePath> {
+        let names = NameBits::of(&parts.headers);
         Ok(Outgoing {
             uri: join(url, parts.uri.path_and_query())?,
             authority: parts.uri.authority().cloned(),
             method: parts.method,
             operation,
-            connection: parts.headers.contains_key(header::CONNECTION),
+            connection: names.may_hold(&header::CONNECTION)
+                && parts.headers.contains_key(header::CONNECTION),
+            names,
             client: parts.headers,
             how,
             built: OnceLock::new(),
@@ -78,19 +84,20 @@ impl Outgoing {
         })
     }
 
-    /// The client's header map, emptied, for an answer's head to be written into (its room is
-    /// the size of a request's head, which hyper reuses for the connection's next request).
+    /// The client's header map, for an answer's head to be written into once emptied (its room
+    /// is the size of a request's head, which hyper reuses for the connection's next request).
     /// Taken only once the answer is decided: the request's headers are not read after.
     pub fn spare_headers(&mut self) -> HeaderMap {
         self.spent = true;
-        let mut spare = std::mem::take(&mut self.client);
-        spare.clear();
-        spare
+        std::mem::take(&mut self.client)
     }
 
     /// The client's own headers (what it accepts, not what the catalog is asked for).
     pub fn client_headers(&self) -> &HeaderMap {
-        debug_assert!(!self.spent, "a request's headers read after its answer took them");
+        debug_assert!(
+            !self.spent,
+            "a request's headers read after its answer took them"
+        );
         &self.client
     }
 
@@ -127,7 +134,10 @@ impl Outgoing {
 
     fn built(&self) -> &HeaderMap {
         self.built.get_or_init(|| {
-            debug_assert!(!self.spent, "a request's headers read after its answer took them");
+            debug_assert!(
+                !self.spent,
+                "a request's headers read after its answer took them"
+            );
             Box::new(sent_headers(
                 &self.client,
                 self.authority.as_ref(),
@@ -140,7 +150,10 @@ impl Outgoing {
     /// asks this of every header it reads (a test holds the hop-by-hop names to the list the
     /// forwarding rules remove).
     fn source(&self, name: &HeaderName) -> Source {
-        debug_assert!(!self.spent, "a request's headers read after its answer took them");
+        debug_assert!(
+            !self.spent,
+            "a request's headers read after its answer took them"
+        );
         // `Connection` may name any header as hop-by-hop (rare): read the built set.
         if self.connection {
             return Source::Built;
@@ -159,7 +172,10 @@ impl Outgoing {
             | "host" => Source::Absent,
             "x-iceberg-access-delegation" if !self.how.forwards_delegation => Source::Absent,
             // One `Cookie` line is sent as it is; several are joined.
-            "cookie" if self.client.get_all(header::COOKIE).iter().nth(1).is_some() => {
+            "cookie"
+                if self.names.may_hold(&header::COOKIE)
+                    && self.client.get_all(header::COOKIE).iter().nth(1).is_some() =>
+            {
                 Source::Built
             }
             "x-forwarded-for" | "x-forwarded-host" | "x-forwarded-proto" | "x-request-id" => {
@@ -188,6 +204,7 @@ impl HeaderLookup for Sent<'_> {
             return IDENTITY.get_all(name);
         }
         match outgoing.source(name) {
+            Source::Client if !outgoing.names.may_hold(name) => NONE.get_all(name),
             Source::Client => outgoing.client.get_all(name),
             Source::Absent => NONE.get_all(name),
             Source::Built => outgoing.built().get_all(name),

@@ -219,3 +219,86 @@ async fn a_stale_answer_and_its_304_carry_their_own_marks_once() {
         assert_eq!(etag(&fields), tag);
     }
 }
+
+/// The heads of the answers to `requests` sent at once on one connection (the last one asks to
+/// close it).
+async fn pipelined_heads(icecache: &Icecache, requests: &[String]) -> Vec<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let address = icecache.url.trim_start_matches("http://").to_owned();
+    let mut stream = tokio::net::TcpStream::connect(&address).await.unwrap();
+    stream
+        .write_all(requests.concat().as_bytes())
+        .await
+        .unwrap();
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw).await.unwrap();
+    let mut heads = Vec::new();
+    let mut rest = &raw[..];
+    while !rest.is_empty() {
+        let end = rest
+            .windows(4)
+            .position(|w| w == b"\r\n\r\n")
+            .expect("a whole head");
+        let head = String::from_utf8_lossy(&rest[..end]).into_owned();
+        let length: usize = values(&fields(&head), "content-length")
+            .first()
+            .map_or(0, |v| v.parse().unwrap());
+        let body = if head.starts_with("HTTP/1.1 304") {
+            0
+        } else {
+            length
+        };
+        rest = &rest[end + 4 + body..];
+        heads.push(head);
+    }
+    heads
+}
+
+#[tokio::test]
+async fn no_field_of_a_request_comes_back_in_the_heads_of_hits_on_its_connection() {
+    let catalog = marked_catalog().await;
+    let icecache = Icecache::start(&catalog.url, &[]).await;
+    let plain_tag = etag(&fields(&raw_get_head(&icecache, PATH, TOKEN).await));
+    let gzip = format!("{TOKEN}Accept-Encoding: gzip\r\n");
+    let gzip_tag = etag(&fields(&raw_get_head(&icecache, PATH, &gzip).await));
+    // Many fields of the client's own (more than any head icecache writes), then few.
+    let probes: String = (0..40)
+        .map(|n| format!("X-Probe-{n}: secret-{n}\r\n"))
+        .collect();
+    let request = |extra: &str, close: bool| {
+        let close = if close { "Connection: close\r\n" } else { "" };
+        format!("GET {PATH} HTTP/1.1\r\nHost: icecache\r\n{TOKEN}{extra}{close}\r\n")
+    };
+    let requests = [
+        request(&probes, false),
+        request(&format!("{probes}If-None-Match: {plain_tag}\r\n"), false),
+        request("", false),
+        request(&format!("If-None-Match: {plain_tag}\r\n"), false),
+        request(&format!("{probes}Accept-Encoding: gzip\r\n"), false),
+        request(
+            &format!("{probes}Accept-Encoding: gzip\r\nIf-None-Match: {gzip_tag}\r\n"),
+            false,
+        ),
+        request(
+            &format!("Accept-Encoding: gzip\r\nIf-None-Match: {gzip_tag}\r\n"),
+            true,
+        ),
+    ];
+    let heads = pipelined_heads(&icecache, &requests).await;
+    let statuses: Vec<&str> = heads.iter().map(|h| &h[9..12]).collect();
+    assert_eq!(statuses, ["200", "304", "200", "304", "200", "304", "304"]);
+    for head in &heads {
+        let fields = assert_marked_once(head);
+        for (name, value) in &fields {
+            let name = name.to_ascii_lowercase();
+            assert!(
+                !name.starts_with("x-probe")
+                    && !["authorization", "host", "if-none-match", "accept-encoding"]
+                        .contains(&name.as_str())
+                    && !value.contains("secret")
+                    && !value.contains("alice"),
+                "a request's field came back: {name}: {value} in\n{head}"
+            );
+        }
+    }
+}
