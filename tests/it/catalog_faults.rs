@@ -204,7 +204,10 @@ async fn assert_recovers_without_leftovers(catalog: &BadCatalog, icecache: &Icec
 async fn a_catalog_that_never_answers_is_a_504_and_nothing_is_cached() {
     let (catalog, icecache) = setup(&[]).await;
     catalog.set(Mode::Hang);
-    assert_iceberg_error(load(&icecache).await, 504).await;
+    let response = load(&icecache).await;
+    // A fetch that got no answer was still this request's own: a miss.
+    assert_eq!(response.headers()["x-cache"], "MISS");
+    assert_iceberg_error(response, 504).await;
     assert_eq!(upstream_errors(&icecache, "timeout").await, 1.0);
     assert_recovers_without_leftovers(&catalog, &icecache).await;
 }
@@ -266,6 +269,9 @@ async fn a_503_with_retry_after_reaches_the_client_unless_a_stale_entry_may_answ
     let refused = load(&icecache).await;
     assert_eq!(refused.status(), 503);
     assert_eq!(refused.headers()["retry-after"], "7");
+    // The catalog's own error answer is relayed, never stored: a bypass.
+    assert_eq!(refused.headers()["x-cache"], "BYPASS");
+    assert_eq!(refused.headers()["cache-status"], "icecache; fwd=bypass");
     catalog.set(Mode::Good);
     load(&icecache).await;
     tokio::time::sleep(Duration::from_millis(200)).await;
