@@ -214,7 +214,7 @@ keys! {
     "authz_ttl", Some("authz-ttl"), duration(MS, DAY), Value("30s"), Applied, false,
         "under `revalidate`, how long a caller's confirmation for an entry's version holds";
     "strip_keys", Some("strip-keys"), Kind::List, Computed("S3 (SSE-C too), GCS, ADLS (SAS, shared key, connection string, in Java's and pyiceberg's spellings), OSS and pyiceberg `client.*`, the REST client's SigV4 `rest.*`, JDBC, Hugging Face, OAuth `credential`, `token`, `password`, `secret`, `header.authorization`, RFC 8693 token keys, and `*.token`, `*.password`, `*.secret`, `*.credential`, `*.secret-access-key`, `*.session-token`, `*.account-key`, `*.client-secret`"), Applied, false,
-        "member names `strip`/`inject` remove at any depth of any answer, compared without regard to case; a trailing `*` matches a prefix, a leading `*` a suffix; a pattern matching `config`, `storage-credentials` or `prefix` is refused";
+        "member names `strip`/`inject` remove at any depth of any answer, compared without regard to case; a trailing `*` matches a prefix, a leading `*` a suffix; a pattern matching `config`, `storage-credentials` or `prefix`, or a header that frames an answer (`content-encoding`, `content-type`, `content-length`, `transfer-encoding`, `date`, `connection`), is refused";
     "inject", None, Kind::Table, Unset("none"), Applied, false,
         "properties `inject` merges into `config`: `\"key\" = { env = \"VAR\" }`, `{ file = \"/path\" }`, or for non-secrets `{ value = \"...\" }`";
     "prefixes", None, Kind::Table, Unset("none"), Applied, false,

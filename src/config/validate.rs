@@ -133,6 +133,16 @@ impl TryFrom<&Raw> for Settings {
                 ),
             );
         }
+        for pattern in strip.framing() {
+            p.add(
+                "strip_keys",
+                format!(
+                    "{pattern:?} would remove a header that frames or labels every answer \
+                     (`content-encoding`, `content-type`, `content-length`, \
+                     `transfer-encoding`, `date`, `connection`): name only credential keys"
+                ),
+            );
+        }
         let base = PolicySettings {
             identity: p.given_choice("identity"),
             credentials: p.given_choice("credentials"),

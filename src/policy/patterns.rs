@@ -104,6 +104,18 @@ fn length_bit(length: usize) -> u64 {
 /// break every LoadTableResult and LoadCredentialsResponse); what is inside them is walked.
 pub const STRUCTURAL_NAMES: &[&str] = &["config", "storage-credentials", "prefix"];
 
+/// Answer headers that frame or label a body: a strip key may not name them. Without
+/// `content-encoding` a gzip body goes out unlabelled, without `content-type` no load is ever
+/// stored, and the HTTP layer writes the others whatever a pattern says.
+pub const FRAMING_NAMES: &[&str] = &[
+    "content-encoding",
+    "content-type",
+    "content-length",
+    "transfer-encoding",
+    "date",
+    "connection",
+];
+
 impl KeyPatterns {
     pub fn new(patterns: impl IntoIterator<Item = impl Into<String>>) -> Self {
         let patterns: Vec<String> = patterns
@@ -200,11 +212,20 @@ impl KeyPatterns {
 
     /// The patterns that would remove a member holding an answer's shape.
     pub fn structural(&self) -> Vec<&str> {
+        self.naming_any_of(STRUCTURAL_NAMES)
+    }
+
+    /// The patterns that would remove a header framing or labelling an answer's body.
+    pub fn framing(&self) -> Vec<&str> {
+        self.naming_any_of(FRAMING_NAMES)
+    }
+
+    fn naming_any_of(&self, names: &[&str]) -> Vec<&str> {
         self.patterns
             .iter()
             .filter(|p| {
                 let one = KeyPatterns::new([p.as_str()]);
-                STRUCTURAL_NAMES.iter().any(|name| one.matches(name))
+                names.iter().any(|name| one.matches(name))
             })
             .map(String::as_str)
             .collect()
@@ -298,5 +319,24 @@ mod tests {
         assert!(KeyPatterns::default().structural().is_empty());
         let p = KeyPatterns::new(["token", "conf*", "PREFIX", "*"]);
         assert_eq!(p.structural(), ["conf*", "prefix", "*"]);
+    }
+
+    #[test]
+    fn patterns_that_would_remove_a_framing_header_are_named() {
+        assert!(KeyPatterns::default().framing().is_empty());
+        let p = KeyPatterns::new([
+            "x-secret",
+            "Content-Type",
+            "content-*",
+            "*-encoding",
+            "date",
+            "etag",
+            "x-cache",
+            "*",
+        ]);
+        assert_eq!(
+            p.framing(),
+            ["content-type", "content-*", "*-encoding", "date", "*"]
+        );
     }
 }

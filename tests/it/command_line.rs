@@ -88,6 +88,34 @@ fn check_config_refuses_an_unknown_key_with_exit_64() {
 }
 
 #[test]
+fn check_config_refuses_strip_keys_that_name_a_header_framing_the_answer() {
+    for pattern in [
+        "content-encoding",
+        "Content-Type",
+        "content-*",
+        "*-length",
+        "date",
+    ] {
+        let file = config_file(&format!(
+            "upstream = \"http://a:1\"\nstrip_keys = [\"x-secret\", \"{pattern}\"]\n"
+        ));
+        let output = icecache(&["check-config", file.0.to_str().unwrap()]);
+        assert_eq!(output.status.code(), Some(64), "{pattern}");
+        let err = stderr(&output);
+        assert!(
+            err.contains("strip_keys") && err.contains("frames or labels"),
+            "{pattern}: {err}"
+        );
+    }
+    // Credential headers, and icecache's own marks, may be named.
+    let file = config_file(
+        "upstream = \"http://a:1\"\nstrip_keys = [\"x-secret\", \"x-cache\", \"etag\"]\n",
+    );
+    let output = icecache(&["check-config", file.0.to_str().unwrap()]);
+    assert!(output.status.success(), "{}", stderr(&output));
+}
+
+#[test]
 fn check_config_refuses_a_malformed_upstream() {
     for upstream in [
         "not a url",
