@@ -287,6 +287,7 @@ async fn serve_proxy(
     let sensitive: Arc<[http::HeaderName]> = state.settings().identity_headers.clone().into();
     server::serve(listener, acceptor, limits, shutdown, move |peer| {
         let (state, sensitive) = (state.clone(), sensitive.clone());
+        let memo = proxy::Memo::<proxy::Derived>::default();
         // hyper's service calls this as soon as it has read the head (tower's would wait for
         // the first poll of its future): a hit is answered, and its request dropped, before the
         // connection reads on.
@@ -298,7 +299,7 @@ async fn serve_proxy(
             let id = entry.id().clone();
             // A hit comes back answered; anything that waits comes back as one boxed future,
             // moved as a pointer through hyper-util's and the connection's layers.
-            entry.around(proxy::handle(state.clone(), request, peer, id))
+            entry.around(proxy::handle(state.clone(), request, peer, id, &memo))
         })
     })
     .await;

@@ -64,18 +64,21 @@ pub async fn serve(
     parts: http::request::Parts,
     form: HeadForm,
 ) -> Result<Answer, ProxyError> {
-    match serve_now(&mut exchange, parts, form) {
+    match serve_now(&mut exchange, parts, form, None, |_, _| {}) {
         Served::Now(answer) => answer,
         Served::Later(rest) => serve_later(&exchange, *rest).await,
     }
 }
 
 /// As much of a load as needs no waiting: a hit is answered here, its head in `form` where the
-/// policy allows it.
+/// policy allows it. `derived`: the caller and key this request's head is known to derive (a
+/// connection's memo); else they are derived, and `learn` is told them when there is a key.
 pub fn serve_now(
     exchange: &mut Exchange<'_>,
     parts: http::request::Parts,
     form: HeadForm,
+    derived: Option<(Caller, CacheKey)>,
+    learn: impl FnOnce(&Caller, &CacheKey),
 ) -> Served {
     let shape = answer_shape(exchange.route.operation);
     let sent = match outgoing(exchange, parts, shape) {
@@ -86,8 +89,17 @@ pub fn serve_now(
     let Some(cache) = exchange.state.cache.as_ref() else {
         return waits(Rest::Stream { sent, reason: None });
     };
-    let route = exchange.route.take_names();
-    let (caller, key) = caller_and_key(exchange, route, &sent, form);
+    let (caller, key) = match derived {
+        Some((caller, key)) => (caller, Ok(key)),
+        None => {
+            let route = exchange.route.take_names();
+            let (caller, key) = caller_and_key(exchange, route, &sent, form);
+            if let Ok(key) = &key {
+                learn(&caller, key);
+            }
+            (caller, key)
+        }
+    };
     match key {
         Ok(key) => {
             let mut ask = Ask::new(key, sent, caller, exchange.settings.clone());

@@ -13,6 +13,7 @@ mod exists;
 mod idempotent;
 mod kept;
 mod load;
+mod memo;
 mod refresh;
 mod relay;
 mod write;
@@ -27,7 +28,7 @@ use http::{Method, Request, Response};
 use http_body::Body as _;
 use hyper::body::Incoming;
 
-use crate::cache::{CachePhase, HeadForm, NoCacheReason};
+use crate::cache::{CacheKey, CachePhase, Caller, HeadForm, NoCacheReason};
 use crate::catalog::lenient::may_be_config;
 use crate::catalog::route::{classify, named, operation_of, Operation, Route};
 use crate::catalog::writes;
@@ -41,6 +42,7 @@ use crate::wire::host::check_host;
 use crate::wire::request_id::RequestId;
 use crate::wire::target::{check_target, check_transfer_coding};
 use exchange::{Admitted, Answer, Exchange};
+pub use memo::{Derived, Memo};
 use relay::forward;
 
 /// What the handler did with a request, returned beside every response it writes (the access
@@ -91,36 +93,89 @@ impl Future for Handled {
     }
 }
 
-/// Handles one client request; every failure becomes an Iceberg error response.
+/// Handles one client request; every failure becomes an Iceberg error response. `memo` is
+/// the connection's: a load whose head equals the last one it derived is served from what
+/// that derived.
 pub fn handle(
     state: Arc<State>,
     request: Request<Incoming>,
     peer: SocketAddr,
     request_id: RequestId,
+    memo: &Memo<Derived>,
 ) -> Handled {
     let settings = state.settings();
+    let separator = state.separator.get();
+    if let Some(known) = memo.recall(&request, &settings, &separator) {
+        let ending = Ending::new(
+            request.method().clone(),
+            known.operation,
+            peer,
+            &known.policy,
+        );
+        let admitted = Admitted {
+            settings,
+            route: named(known.operation),
+            policy: known.policy,
+            peer,
+        };
+        let derived = Some((known.caller, known.key));
+        return load(
+            state,
+            ending,
+            admitted,
+            request_id,
+            request,
+            derived,
+            |_, _| {},
+        );
+    }
     let method = request.method().clone();
-    let classified = admit(&request, &state.separator.get());
+    let classified = admit(&request, &separator);
     let operation = match &classified {
         Ok(route) => route.operation,
         Err(_) => operation_of(&method, request.uri().path()),
     };
-    let mut ending = Ending {
-        method,
-        operation,
-        peer,
-        strip: None,
-    };
     let route = match classified {
         Ok(route) => route,
-        Err(e) => return Handled::ready(ending.conclude(&state, &request_id, Err(e))),
+        Err(e) => {
+            let ending = Ending {
+                method,
+                operation,
+                peer,
+                strip: None,
+            };
+            return Handled::ready(ending.conclude(&state, &request_id, Err(e)));
+        }
     };
     let policy = settings
         .policies
         .for_prefix(route.prefix.as_deref())
         .clone();
-    if policy.credentials != Credentials::Passthrough {
-        ending.strip = Some(policy.clone());
+    let ending = Ending::new(method, operation, peer, &policy);
+    // Loads first: a hit is answered here, without a future.
+    if matches!(operation, Operation::LoadTable | Operation::LoadView)
+        && ending.method == Method::GET
+    {
+        let head = memo.head(&request, &settings, &separator);
+        let kept_policy = policy.clone();
+        let learn = |caller: &Caller, key: &CacheKey| {
+            let derived = Derived {
+                operation,
+                policy: kept_policy,
+                caller: caller.clone(),
+                key: key.clone(),
+            };
+            if let (Some(head), Some(derived)) = (head, derived.detached()) {
+                memo.keep(head, derived);
+            }
+        };
+        let admitted = Admitted {
+            settings,
+            route,
+            policy,
+            peer,
+        };
+        return load(state, ending, admitted, request_id, request, None, learn);
     }
     let admitted = Admitted {
         settings,
@@ -128,33 +183,40 @@ pub fn handle(
         policy,
         peer,
     };
-    // Loads first: a hit is answered here, without a future.
-    if matches!(operation, Operation::LoadTable | Operation::LoadView)
-        && ending.method == Method::GET
-    {
-        let mut exchange = admitted.exchange(&state, &request_id);
-        let (parts, _body) = request.into_parts();
-        // Its answer goes out as it is built: packed for an HTTP/1.x client.
-        let form = HeadForm::for_version(parts.version);
-        return match load::serve_now(&mut exchange, parts, form) {
-            load::Served::Now(result) => {
-                Handled::ready(ending.conclude(&state, &request_id, result))
-            }
-            load::Served::Later(rest) => {
-                let admitted = exchange.admitted();
-                Handled::pending(async move {
-                    let exchange = admitted.exchange(&state, &request_id);
-                    let result = load::serve_later(&exchange, *rest).await;
-                    ending.conclude(&state, &request_id, result)
-                })
-            }
-        };
-    }
     Handled::pending(async move {
         let exchange = admitted.exchange(&state, &request_id);
         let result = dispatch(exchange, request).await;
         ending.conclude(&state, &request_id, result)
     })
+}
+
+/// A load: answered at once when it can be, else the future that finishes it. `derived`: the
+/// caller and key the connection's memo holds for this head; `learn` is told what a fresh
+/// derivation found.
+fn load(
+    state: Arc<State>,
+    ending: Ending,
+    admitted: Admitted,
+    request_id: RequestId,
+    request: Request<Incoming>,
+    derived: Option<(Caller, CacheKey)>,
+    learn: impl FnOnce(&Caller, &CacheKey),
+) -> Handled {
+    let mut exchange = admitted.exchange(&state, &request_id);
+    let (parts, _body) = request.into_parts();
+    // Its answer goes out as it is built: packed for an HTTP/1.x client.
+    let form = HeadForm::for_version(parts.version);
+    match load::serve_now(&mut exchange, parts, form, derived, learn) {
+        load::Served::Now(result) => Handled::ready(ending.conclude(&state, &request_id, result)),
+        load::Served::Later(rest) => {
+            let admitted = exchange.admitted();
+            Handled::pending(async move {
+                let exchange = admitted.exchange(&state, &request_id);
+                let result = load::serve_later(&exchange, *rest).await;
+                ending.conclude(&state, &request_id, result)
+            })
+        }
+    }
 }
 
 /// What the handler's last step needs to know of the request.
@@ -167,6 +229,18 @@ struct Ending {
 }
 
 impl Ending {
+    /// The ending of a request under `policy`: under strip and inject, no answer's header may be
+    /// named by its patterns.
+    fn new(method: Method, operation: Operation, peer: SocketAddr, policy: &Arc<Policy>) -> Ending {
+        let strip = (policy.credentials != Credentials::Passthrough).then(|| policy.clone());
+        Ending {
+            method,
+            operation,
+            peer,
+            strip,
+        }
+    }
+
     /// The response and outcome of a request: its answer, or the Iceberg error it failed with,
     /// marked with how it was produced, without the headers its policy strips.
     fn conclude(

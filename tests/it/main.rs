@@ -32,6 +32,7 @@ mod path_spellings;
 mod purge;
 mod randomized;
 mod reload;
+mod repeated_heads;
 mod resources;
 mod secrets;
 mod strip_everywhere;
