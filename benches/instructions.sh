@@ -7,6 +7,9 @@
 #        FLOOR=fixed|hyper bash benches/instructions.sh [304|hit] [N]
 #   FLOOR measures the load benchmark's floor server instead (`benches/floor_server.rs`: fixed
 #   bytes, or the same answers through hyper's HTTP/1.1 server), under the same callgrind setup.
+#        VARY=1 bash benches/instructions.sh [304|hit] [N]
+#   each request carries a field of its own (`X-Trace: <n>`): no two heads on the connection
+#   are the same, so none is answered from what an earlier one derived.
 # needs: valgrind (apt-get install valgrind), python3, cargo
 set -euo pipefail
 MODE=${1:-304}; N=${2:-2000}
@@ -45,9 +48,10 @@ case "${FLOOR:-}" in
 esac
 VPID=$!
 for _ in $(seq 1 150); do curl -s -o /dev/null "$READY" && break; sleep 0.2; done
-python3 - "$MODE" "$N" "$VPID" "$LISTEN" <<'PY'
+python3 - "$MODE" "$N" "$VPID" "$LISTEN" "${VARY:-}" <<'PY'
 import http.client, subprocess, sys
 mode, n, pid, port = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
+vary = sys.argv[5] == "1"
 c = http.client.HTTPConnection("127.0.0.1", port)
 h = {"Authorization": "Bearer benchmark-token"}
 path = "/v1/warehouse/namespaces/db/tables/events"
@@ -57,7 +61,9 @@ if mode == "304":
 for _ in range(50):
     c.request("GET", path, headers=h); c.getresponse().read()
 subprocess.run(["callgrind_control", "-i", "on", pid], capture_output=True, check=True)
-for _ in range(n):
+for i in range(n):
+    if vary:
+        h["X-Trace"] = str(i)
     c.request("GET", path, headers=h); r = c.getresponse(); r.read()
     assert r.status == (304 if mode == "304" else 200), r.status
 subprocess.run(["callgrind_control", "-i", "off", pid], capture_output=True, check=True)
@@ -73,4 +79,4 @@ for f in "$WORK"/cg.out*; do
   [[ "$T" =~ ^[0-9]+$ ]] || T=0
   TOTAL=$((TOTAL + T))
 done
-echo "$MODE${FLOOR:+ (floor: $FLOOR)}: $((TOTAL / N)) instructions/request (user space, N=$N)"
+echo "$MODE${FLOOR:+ (floor: $FLOOR)}${VARY:+ (a field of its own per request)}: $((TOTAL / N)) instructions/request (user space, N=$N)"

@@ -159,13 +159,16 @@ pub fn handle(
         let head = memo.head(&request, &settings, &separator);
         let kept_policy = policy.clone();
         let learn = |caller: &Caller, key: &CacheKey| {
+            let Some(head) = head else {
+                return;
+            };
             let derived = Derived {
                 operation,
                 policy: kept_policy,
                 caller: caller.clone(),
                 key: key.clone(),
             };
-            if let (Some(head), Some(derived)) = (head, derived.detached()) {
+            if let Some(derived) = derived.detached() {
                 memo.keep(head, derived);
             }
         };
