@@ -6,8 +6,8 @@
 //! process holds: the settings in force and the namespace separator. So the last derivation
 //! is kept beside a copy of the head it came from, and used again only for a head equal to it
 //! in everything (method, version, target, every field in order, no body) under the same
-//! settings and separator. Anything else derives afresh. A connection whose heads keep
-//! changing (a tracing id per request) stops copying them after a few tries.
+//! settings and separator. Anything else derives afresh. A connection whose loads never repeat
+//! their head (a tracing id per request) stops copying heads for a while after a few tries.
 
 use std::cell::Cell;
 use std::sync::Arc;
@@ -20,8 +20,12 @@ use crate::catalog::route::Operation;
 use crate::config::Settings;
 use crate::policy::Policy;
 
-/// Heads in a row that matched no memo after which a connection stops keeping them.
-const MISSES_BEFORE_GIVING_UP: u32 = 4;
+/// Kept heads in a row that no request sent again, after which a connection pauses copying.
+const UNUSED_BEFORE_PAUSING: u32 = 4;
+
+/// Load heads not copied during a pause; copying resumes after them, since a connection's
+/// habits may change.
+const PAUSE: u32 = 64;
 
 /// What a load's head derived.
 #[derive(Clone)]
@@ -99,14 +103,21 @@ struct Kept<T> {
 /// it takes it, and puts it back.
 pub struct Memo<T> {
     kept: Cell<Option<Box<Kept<T>>>>,
-    misses: Cell<u32>,
+    /// Whether the kept head was sent again.
+    used: Cell<bool>,
+    /// Kept heads in a row that were not.
+    unused: Cell<u32>,
+    /// Load heads left to pass without copying them.
+    paused: Cell<u32>,
 }
 
 impl<T> Default for Memo<T> {
     fn default() -> Self {
         Memo {
             kept: Cell::new(None),
-            misses: Cell::new(0),
+            used: Cell::new(false),
+            unused: Cell::new(0),
+            paused: Cell::new(0),
         }
     }
 }
@@ -125,23 +136,27 @@ impl<T: Clone> Memo<T> {
             && kept.head.is(request);
         let derived = same.then(|| kept.derived.clone());
         self.kept.set(Some(kept));
-        match same {
-            true => self.misses.set(0),
-            false => self.misses.set(self.misses.get().saturating_add(1)),
+        if same {
+            self.used.set(true);
+            self.unused.set(0);
         }
         derived
     }
 
-    /// The head of `request` under `settings` and `separator`, for `keep`: none for a request
-    /// with a body, or after several heads in a row that matched nothing (a connection whose
-    /// heads keep changing, such as with a tracing id per request, stops copying them).
+    /// The head of a load `request` under `settings` and `separator`, for `keep`: none for a
+    /// request with a body, or during a pause (after several kept heads in a row that no
+    /// request sent again, such as on a connection with a tracing id per request).
     pub fn head<B: http_body::Body>(
         &self,
         request: &Request<B>,
         settings: &Arc<Settings>,
         separator: &Arc<String>,
     ) -> Option<Head> {
-        if self.misses.get() >= MISSES_BEFORE_GIVING_UP || !request.body().is_end_stream() {
+        if self.paused.get() > 0 {
+            self.paused.set(self.paused.get() - 1);
+            return None;
+        }
+        if !request.body().is_end_stream() {
             return None;
         }
         let uri = request.uri();
@@ -163,6 +178,14 @@ impl<T: Clone> Memo<T> {
 
     /// Keeps what `head` derived, in place of what was kept.
     pub fn keep(&self, head: Head, derived: T) {
+        if !self.used.get() && self.kept.take().is_some() {
+            self.unused.set(self.unused.get() + 1);
+            if self.unused.get() >= UNUSED_BEFORE_PAUSING {
+                self.unused.set(0);
+                self.paused.set(PAUSE);
+            }
+        }
+        self.used.set(false);
         self.kept.set(Some(Box::new(Kept { head, derived })));
     }
 }
@@ -310,27 +333,68 @@ mod tests {
         assert_eq!(memo.recall(&request, &settings, &separator), Some(7));
     }
 
+    /// The usual request with a tracing field of its own.
+    fn traced(n: u32) -> Request<Empty<bytes::Bytes>> {
+        let trace = n.to_string();
+        let mut fields = usual();
+        fields.push((HeaderName::from_static("x-trace"), trace.as_str()));
+        get(PATH, &fields)
+    }
+
     #[test]
-    fn a_connection_whose_heads_keep_changing_stops_copying_them() {
+    fn a_connection_whose_heads_never_repeat_pauses_copying_them_then_tries_again() {
+        let (settings, separator) = (settings(), Arc::new("%1F".to_owned()));
+        let memo = Memo::<u32>::default();
+        let mut n = 0;
+        let mut copied = || {
+            n += 1;
+            let request = traced(n);
+            assert_eq!(memo.recall(&request, &settings, &separator), None);
+            let head = memo.head(&request, &settings, &separator);
+            let copied = head.is_some();
+            if let Some(head) = head {
+                memo.keep(head, n);
+            }
+            copied
+        };
+        // The first head and the ones after it are kept; four of them in a row unused pause it.
+        for _ in 0..=UNUSED_BEFORE_PAUSING {
+            assert!(copied());
+        }
+        for _ in 0..PAUSE {
+            assert!(!copied());
+        }
+        assert!(copied());
+    }
+
+    #[test]
+    fn requests_that_are_not_loads_do_not_pause_it() {
         let (memo, settings, separator) = kept();
-        for n in 0..MISSES_BEFORE_GIVING_UP {
-            let mut fields = usual();
-            let trace = format!("{n}");
-            fields.push((HeaderName::from_static("x-trace"), trace.as_str()));
-            let request = get(PATH, &fields);
+        for n in 0..10 * UNUSED_BEFORE_PAUSING {
+            let request = traced(n);
             assert_eq!(memo.recall(&request, &settings, &separator), None);
         }
-        assert!(memo
-            .head(&get(PATH, &usual()), &settings, &separator)
-            .is_none());
-        // A head that matches again starts over.
+        assert!(memo.head(&traced(0), &settings, &separator).is_some());
         assert_eq!(
             memo.recall(&get(PATH, &usual()), &settings, &separator),
             Some(7)
         );
-        assert!(memo
-            .head(&get(PATH, &usual()), &settings, &separator)
-            .is_some());
+    }
+
+    #[test]
+    fn a_kept_head_sent_again_keeps_copying_going() {
+        let (settings, separator) = (settings(), Arc::new("%1F".to_owned()));
+        let memo = Memo::<u32>::default();
+        // Two tables taking turns, each asked twice: every kept head is used once.
+        for round in 0..4 * UNUSED_BEFORE_PAUSING {
+            let request = traced(round);
+            for _ in 0..2 {
+                if memo.recall(&request, &settings, &separator).is_none() {
+                    let head = memo.head(&request, &settings, &separator);
+                    memo.keep(head.expect("copying never pauses"), round);
+                }
+            }
+        }
     }
 
     #[test]
