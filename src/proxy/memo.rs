@@ -107,7 +107,7 @@ pub struct Memo<T> {
     used: Cell<bool>,
     /// Kept heads in a row that were not.
     unused: Cell<u32>,
-    /// Load heads left to pass without copying them.
+    /// Load heads left to pass without comparing or copying them.
     paused: Cell<u32>,
 }
 
@@ -130,6 +130,10 @@ impl<T: Clone> Memo<T> {
         settings: &Arc<Settings>,
         separator: &Arc<String>,
     ) -> Option<T> {
+        // During a pause what is kept was not sent again: not even compared.
+        if self.paused.get() > 0 {
+            return None;
+        }
         let kept = self.kept.take()?;
         let same = Arc::ptr_eq(&kept.head.settings, settings)
             && Arc::ptr_eq(&kept.head.separator, separator)
@@ -365,6 +369,25 @@ mod tests {
             assert!(!copied());
         }
         assert!(copied());
+    }
+
+    #[test]
+    fn during_a_pause_not_even_the_last_kept_head_is_recalled() {
+        let (settings, separator) = (settings(), Arc::new("%1F".to_owned()));
+        let memo = Memo::<u32>::default();
+        for n in 0..=UNUSED_BEFORE_PAUSING {
+            let head = memo.head(&traced(n), &settings, &separator).unwrap();
+            memo.keep(head, n);
+        }
+        let last = traced(UNUSED_BEFORE_PAUSING);
+        for _ in 0..PAUSE {
+            assert_eq!(memo.recall(&last, &settings, &separator), None);
+            assert!(memo.head(&last, &settings, &separator).is_none());
+        }
+        assert_eq!(
+            memo.recall(&last, &settings, &separator),
+            Some(UNUSED_BEFORE_PAUSING)
+        );
     }
 
     #[test]
