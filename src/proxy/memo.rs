@@ -7,7 +7,8 @@
 //! is kept beside a copy of the head it came from, and used again only for a head equal to it
 //! in everything (method, version, target, every field in order, no body) under the same
 //! settings and separator. Anything else derives afresh. A connection whose loads never repeat
-//! their head (a tracing id per request) stops copying heads for a while after a few tries.
+//! their head (a tracing id per request) pauses comparing and copying heads for a while after
+//! a few tries.
 
 use std::cell::Cell;
 use std::sync::Arc;
