@@ -181,7 +181,7 @@ async fn tables_taking_turns_on_one_connection_each_answer_for_themselves() {
             assert_eq!(version_of(&body), Some(version), "{path}");
         }
     }
-    // Four keys (two tables, one of them in two forms) each filled once.
+    // Three keys (`t` in two forms, and `u`), each filled once.
     assert_eq!(catalog.loads("t") + catalog.loads("u"), 3);
 }
 
