@@ -1,9 +1,9 @@
 //! The heads of an entry's answers, built on their first use for each representation and
 //! copied for every later one: an answer from an entry then costs a copy of its few fields, an
-//! `Age` and, unless it is a hit, its marks. Built on first use rather than at fill: most entries are never
-//! revalidated by a client, and many are read in one representation only. An entry's weight
-//! counts its heads as if built, so that what `cache.max_bytes` bounds does not grow after an
-//! entry is kept.
+//! `Age` and, unless it is a hit, its marks. Built on first use rather than at fill: most
+//! entries are never revalidated by a client, and many are read in one representation only. An
+//! entry's weight counts its heads as if built (in both forms), so that what `cache.max_bytes`
+//! bounds does not grow after an entry is kept.
 
 use std::sync::OnceLock;
 

@@ -152,19 +152,28 @@ pub fn handle(
         .for_prefix(route.prefix.as_deref())
         .clone();
     let ending = Ending::new(method, operation, peer, &policy);
+    let is_load = matches!(operation, Operation::LoadTable | Operation::LoadView)
+        && ending.method == Method::GET;
+    let head = match is_load {
+        true => memo.head(&request, &settings, &separator),
+        false => None,
+    };
+    let admitted = Admitted {
+        settings,
+        route,
+        policy,
+        peer,
+    };
     // Loads first: a hit is answered here, without a future.
-    if matches!(operation, Operation::LoadTable | Operation::LoadView)
-        && ending.method == Method::GET
-    {
-        let head = memo.head(&request, &settings, &separator);
-        let kept_policy = policy.clone();
+    if is_load {
+        let policy = admitted.policy.clone();
         let learn = |caller: &Caller, key: &CacheKey| {
             let Some(head) = head else {
                 return;
             };
             let derived = Derived {
                 operation,
-                policy: kept_policy,
+                policy,
                 caller: caller.clone(),
                 key: key.clone(),
             };
@@ -172,20 +181,8 @@ pub fn handle(
                 memo.keep(head, derived);
             }
         };
-        let admitted = Admitted {
-            settings,
-            route,
-            policy,
-            peer,
-        };
         return load(state, ending, admitted, request_id, request, None, learn);
     }
-    let admitted = Admitted {
-        settings,
-        route,
-        policy,
-        peer,
-    };
     Handled::pending(async move {
         let exchange = admitted.exchange(&state, &request_id);
         let result = dispatch(exchange, request).await;
