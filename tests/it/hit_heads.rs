@@ -10,6 +10,8 @@ use crate::support::{h2_connection, raw_get_head, Icecache};
 
 const PATH: &str = "/v1/namespaces/db/tables/t";
 const TOKEN: &str = "Authorization: Bearer alice\r\n";
+/// Every entry stays fresh for the whole test, however slow the machine: a hit is a `HIT`.
+const FRESH: [&str; 2] = ["--fresh-for", "1h"];
 
 /// The fields of a raw HTTP/1.x head, in order; fails on any line that is not one field.
 fn fields(head: &str) -> Vec<(String, String)> {
@@ -72,7 +74,7 @@ fn assert_marked_once(head: &str) -> Vec<(String, String)> {
 #[tokio::test]
 async fn every_field_of_a_hit_and_a_304_is_a_line_of_its_own_once() {
     let catalog = marked_catalog().await;
-    let icecache = Icecache::start(&catalog.url, &[]).await;
+    let icecache = Icecache::start(&catalog.url, &FRESH).await;
     let miss = raw_get_head(&icecache, PATH, TOKEN).await;
     assert!(miss.starts_with("HTTP/1.1 200"), "{miss}");
     let hit = raw_get_head(&icecache, PATH, TOKEN).await;
@@ -98,7 +100,7 @@ async fn every_field_of_a_hit_and_a_304_is_a_line_of_its_own_once() {
 async fn an_http10_hit_is_written_the_same_way() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let catalog = marked_catalog().await;
-    let icecache = Icecache::start(&catalog.url, &[]).await;
+    let icecache = Icecache::start(&catalog.url, &FRESH).await;
     raw_get_head(&icecache, PATH, TOKEN).await;
     let address = icecache.url.trim_start_matches("http://");
     let mut stream = tokio::net::TcpStream::connect(address).await.unwrap();
@@ -115,7 +117,7 @@ async fn an_http10_hit_is_written_the_same_way() {
 #[tokio::test]
 async fn the_gzip_representation_carries_its_own_tag() {
     let catalog = marked_catalog().await;
-    let icecache = Icecache::start(&catalog.url, &[]).await;
+    let icecache = Icecache::start(&catalog.url, &FRESH).await;
     raw_get_head(&icecache, PATH, TOKEN).await;
     let identity = etag(&assert_marked_once(
         &raw_get_head(&icecache, PATH, TOKEN).await,
@@ -135,7 +137,7 @@ async fn the_gzip_representation_carries_its_own_tag() {
 #[tokio::test]
 async fn an_http2_hit_carries_the_fields_an_http1_hit_carries() {
     let catalog = marked_catalog().await;
-    let icecache = Icecache::start(&catalog.url, &[]).await;
+    let icecache = Icecache::start(&catalog.url, &FRESH).await;
     raw_get_head(&icecache, PATH, TOKEN).await;
     let h1 = fields(&raw_get_head(&icecache, PATH, TOKEN).await);
     let address = icecache.url.trim_start_matches("http://").to_owned();
@@ -166,7 +168,14 @@ async fn an_http2_hit_carries_the_fields_an_http1_hit_carries() {
 /// Strips `name` from answers (`--strip-keys` names both body members and header names).
 async fn stripping(name: &str) -> (StandIn, Icecache) {
     let catalog = marked_catalog().await;
-    let flags = ["--credentials", "strip", "--strip-keys", name];
+    let flags = [
+        "--credentials",
+        "strip",
+        "--strip-keys",
+        name,
+        FRESH[0],
+        FRESH[1],
+    ];
     let icecache = Icecache::start(&catalog.url, &flags).await;
     raw_get_head(&icecache, PATH, TOKEN).await;
     (catalog, icecache)
@@ -257,7 +266,7 @@ async fn pipelined_heads(icecache: &Icecache, requests: &[String]) -> Vec<String
 #[tokio::test]
 async fn no_field_of_a_request_comes_back_in_the_heads_of_hits_on_its_connection() {
     let catalog = marked_catalog().await;
-    let icecache = Icecache::start(&catalog.url, &[]).await;
+    let icecache = Icecache::start(&catalog.url, &FRESH).await;
     let plain_tag = etag(&fields(&raw_get_head(&icecache, PATH, TOKEN).await));
     let gzip = format!("{TOKEN}Accept-Encoding: gzip\r\n");
     let gzip_tag = etag(&fields(&raw_get_head(&icecache, PATH, &gzip).await));

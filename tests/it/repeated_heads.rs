@@ -9,6 +9,8 @@ use crate::support::standin::{vended_keys, version_of, Shape, StandIn};
 use crate::support::{empty_commit, hangup, ConfigFile, Icecache};
 
 const PATH: &str = "/v1/namespaces/db/tables/t";
+/// Every entry stays fresh for the whole test, however slow the machine: a repeat is a `HIT`.
+const FRESH: [&str; 2] = ["--fresh-for", "1h"];
 
 /// One kept-alive HTTP/1.1 connection, asked one request at a time.
 struct Connection {
@@ -112,7 +114,11 @@ async fn catalog_of(tables: &[&str]) -> StandIn {
 #[tokio::test]
 async fn callers_taking_turns_on_one_connection_each_get_the_credentials_vended_for_them() {
     let catalog = catalog_of(&["t"]).await;
-    let icecache = Icecache::start(&catalog.url, &["--credentials", "passthrough"]).await;
+    let icecache = Icecache::start(
+        &catalog.url,
+        &["--credentials", "passthrough", FRESH[0], FRESH[1]],
+    )
+    .await;
     let mut connection = Connection::open(&icecache).await;
     let turns = [
         "alice", "alice", "bob", "alice", "bob", "bob", "carol", "alice",
@@ -135,7 +141,11 @@ async fn callers_taking_turns_on_one_connection_each_get_the_credentials_vended_
 #[tokio::test]
 async fn callers_taking_turns_on_one_http2_connection_each_get_their_own() {
     let catalog = catalog_of(&["t"]).await;
-    let icecache = Icecache::start(&catalog.url, &["--credentials", "passthrough"]).await;
+    let icecache = Icecache::start(
+        &catalog.url,
+        &["--credentials", "passthrough", FRESH[0], FRESH[1]],
+    )
+    .await;
     let client = reqwest::Client::builder()
         .http2_prior_knowledge()
         .build()
@@ -166,7 +176,7 @@ async fn callers_taking_turns_on_one_http2_connection_each_get_their_own() {
 async fn tables_taking_turns_on_one_connection_each_answer_for_themselves() {
     let catalog = catalog_of(&["t", "u"]).await;
     catalog.commit_directly("u");
-    let icecache = Icecache::start(&catalog.url, &[]).await;
+    let icecache = Icecache::start(&catalog.url, &FRESH).await;
     let mut connection = Connection::open(&icecache).await;
     let token = [("Authorization", "Bearer alice")];
     for _ in 0..3 {
@@ -188,7 +198,7 @@ async fn tables_taking_turns_on_one_connection_each_answer_for_themselves() {
 #[tokio::test]
 async fn a_commit_between_two_equal_heads_is_seen_by_the_second() {
     let catalog = catalog_of(&["t"]).await;
-    let icecache = Icecache::start(&catalog.url, &[]).await;
+    let icecache = Icecache::start(&catalog.url, &FRESH).await;
     let mut connection = Connection::open(&icecache).await;
     let token = [("Authorization", "Bearer alice")];
     for expected in 1..=3 {
@@ -211,7 +221,7 @@ async fn a_reload_applies_to_the_next_equal_head_on_a_kept_connection() {
     })
     .await;
     catalog.create("t");
-    let config = ConfigFile::new("credentials = \"strip\"\n");
+    let config = ConfigFile::new("credentials = \"strip\"\n[cache]\nfresh_for = \"1h\"\n");
     let icecache = Icecache::start(&catalog.url, &["--config", config.path()]).await;
     let mut connection = Connection::open(&icecache).await;
     let ask = as_caller("alice");
@@ -220,7 +230,9 @@ async fn a_reload_applies_to_the_next_equal_head_on_a_kept_connection() {
         assert!(answer.body.contains("custom.thing"), "{}", answer.body);
         assert!(answer.field("x-cache").is_some());
     }
-    config.rewrite("credentials = \"strip\"\nstrip_keys = [\"custom.*\", \"x-cache\"]\n");
+    config.rewrite(
+        "credentials = \"strip\"\nstrip_keys = [\"custom.*\", \"x-cache\"]\n[cache]\nfresh_for = \"1h\"\n",
+    );
     hangup(&icecache, "applied").await;
     for _ in 0..2 {
         let answer = connection.get(PATH, &fields(&ask)).await;
