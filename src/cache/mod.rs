@@ -49,6 +49,7 @@ pub use key::{normalised_delegation, CacheKey, Form};
 pub use phase::{CachePhase, Cause, NoCacheReason};
 pub use refreshes::Refreshes;
 pub use respond::{mark, Caller, X_CACHE};
+pub use store::Sight;
 pub use ticket::FillTicket;
 pub use tier::Tier;
 pub use vary::Varies;
@@ -80,6 +81,9 @@ pub struct Ask {
     pub settings: Arc<Settings>,
     /// How the tier (if any) lets this lookup use what is held, learned as it starts.
     coordination: Coordination,
+    /// What an earlier lookup of this key found (a connection's memo), and after `load_now`
+    /// what this one found.
+    pub sight: Option<Sight>,
 }
 
 impl Ask {
@@ -90,6 +94,7 @@ impl Ask {
             caller,
             settings,
             coordination: Coordination::Local,
+            sight: None,
         }
     }
 
@@ -271,7 +276,9 @@ impl Cache {
         ask.coordination = self.tier.coordinate();
         let now = Instant::now();
         // One clock reading for the whole lookup: a hit is answered before it could move on.
-        let held = self.store.get(&ask.key, ask.caller.policy.generation, now);
+        let held = self
+            .store
+            .get_seen(&ask.key, ask.caller.policy.generation, now, &mut ask.sight);
         let seen = held.map(|entry| {
             let facts = self.held(ask, &entry, now);
             (entry, facts)

@@ -9,7 +9,8 @@
 //! served to a request that arrived after the write's response, however they interleave.
 //! The index shrinks with the entries: whatever removes an entry removes its key.
 
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use dashmap::DashMap;
@@ -31,11 +32,29 @@ type Tables = DashMap<LooseName, Arc<TableState>>;
 /// many tables in the catalog.
 type Hasher = foldhash::fast::RandomState;
 
+/// Lookups in a row answered from a `Sight` before one goes to the store again: moka's eviction
+/// policy ranks entries by the reads it sees, so a hot entry must keep being seen.
+const RECALLS_BEFORE_LOOKING: u32 = 16;
+
 /// Cheap to clone: the lookup and the fill hold the same store.
 #[derive(Clone)]
 pub struct Store {
     entries: moka::sync::Cache<CacheKey, Arc<Entry>, Hasher>,
     tables: Arc<Tables>,
+    /// Counts every change to `entries` (insert, removal, eviction), counted once it is made.
+    changes: Arc<AtomicU64>,
+    retain_for: Duration,
+}
+
+/// What one lookup of a key found, kept by whoever will look the same key up again (a
+/// connection's memo). While the store's count of changes has not moved since, looking again
+/// would find the same entry, so the next lookup is answered from here without hashing the key.
+/// Holds the entry weakly: it never keeps an evicted answer's bytes alive.
+#[derive(Clone, Debug)]
+pub struct Sight {
+    entry: Weak<Entry>,
+    changes: u64,
+    recalls: u32,
 }
 
 impl Store {
@@ -44,6 +63,8 @@ impl Store {
     pub fn new(max_bytes: u64, retain_for: Duration, metrics: Arc<CacheMetrics>) -> Self {
         let tables: Arc<Tables> = Arc::default();
         let index = tables.clone();
+        let changes: Arc<AtomicU64> = Arc::default();
+        let evicted = changes.clone();
         let entries = moka::sync::Cache::builder()
             .max_capacity(max_bytes)
             .weigher(|key: &CacheKey, entry: &Arc<Entry>| entry.weight(key))
@@ -58,9 +79,19 @@ impl Store {
                 if cause != RemovalCause::Replaced {
                     forget(&index, &key, &entry);
                 }
+                evicted.fetch_add(1, Ordering::Release);
             })
             .build_with_hasher(Hasher::default());
-        Store { entries, tables }
+        Store {
+            entries,
+            tables,
+            changes,
+            retain_for,
+        }
+    }
+
+    fn changed(&self) {
+        self.changes.fetch_add(1, Ordering::Release);
     }
 
     /// The entry for `key` if it may be served under `policy_generation` at `now`: not
@@ -69,6 +100,40 @@ impl Store {
         self.entries
             .get(key)
             .filter(|entry| entry.policy_generation == policy_generation && entry.is_current(now))
+    }
+
+    /// `get`, answered from `sight` (what an earlier lookup of the same key found) when nothing
+    /// in the store changed since; `sight` is left holding what this lookup found.
+    pub fn get_seen(
+        &self,
+        key: &CacheKey,
+        policy_generation: u64,
+        now: Instant,
+        sight: &mut Option<Sight>,
+    ) -> Option<Arc<Entry>> {
+        // Read before the look-up: a change made after it moves the count past what is kept.
+        let changes = self.changes.load(Ordering::Acquire);
+        let recalled = sight.take().and_then(|seen| {
+            let entry = seen.recall(changes)?;
+            // As moka would: past `retain_for` an entry is gone (counted from when it was
+            // fetched, which is no later than when it was stored).
+            (now.saturating_duration_since(entry.stored_at) < self.retain_for).then_some(())?;
+            *sight = Some(Sight {
+                recalls: seen.recalls + 1,
+                ..seen
+            });
+            Some(entry)
+        });
+        let entry = recalled.or_else(|| {
+            let found = self.entries.get(key);
+            *sight = found.as_ref().map(|entry| Sight {
+                entry: Arc::downgrade(entry),
+                changes,
+                recalls: 0,
+            });
+            found
+        });
+        entry.filter(|entry| entry.policy_generation == policy_generation && entry.is_current(now))
     }
 
     /// The ticket of a fill (or an authorization check) about to ask the catalog, in events
@@ -92,8 +157,10 @@ impl Store {
         let table = ticket.table.clone();
         let generation = ticket.generation;
         self.entries.insert(key.clone(), entry);
+        self.changed();
         if table.generation() != generation {
             self.entries.invalidate(key);
+            self.changed();
             return false;
         }
         true
@@ -102,6 +169,7 @@ impl Store {
     /// Forgets one representation (the catalog no longer serves it).
     pub fn remove(&self, key: &CacheKey) {
         self.entries.invalidate(key);
+        self.changed();
     }
 
     /// Drops the index record of a table nothing uses any more.
@@ -146,6 +214,7 @@ impl Store {
         for key in &keys {
             self.entries.invalidate(key);
         }
+        self.changed();
         drop(state);
         self.prune(table);
         keys.len()
@@ -179,6 +248,17 @@ impl Store {
     }
 }
 
+impl Sight {
+    /// The entry seen, when the store has made no change since (`changes`) and it has not been
+    /// recalled too often in a row.
+    fn recall(&self, changes: u64) -> Option<Arc<Entry>> {
+        if self.changes != changes || self.recalls >= RECALLS_BEFORE_LOOKING {
+            return None;
+        }
+        self.entry.upgrade()
+    }
+}
+
 /// Removes an entry's key from its table's index, and the table's record when nothing else
 /// holds it (the map and this entry hold one reference each).
 fn forget(tables: &Tables, key: &CacheKey, entry: &Arc<Entry>) {
@@ -198,3 +278,7 @@ fn forget(tables: &Tables, key: &CacheKey, entry: &Arc<Entry>) {
         });
     }
 }
+
+#[cfg(test)]
+#[path = "store_tests.rs"]
+mod tests;

@@ -11,7 +11,8 @@ use super::relay;
 use std::sync::Arc;
 
 use crate::cache::{
-    self, Ask, Cache, CacheKey, CachePhase, Caller, Failure, HeadForm, Later, Lookup, NoCacheReason,
+    self, Ask, Cache, CacheKey, CachePhase, Caller, Failure, HeadForm, Later, Lookup,
+    NoCacheReason, Sight,
 };
 use crate::catalog::route::Route;
 use crate::error::ProxyError;
@@ -54,6 +55,14 @@ pub enum Rest {
     },
 }
 
+/// What a connection's memo knows of a load's head: the caller and key it derives, and what
+/// the last lookup of that key found.
+pub struct Known {
+    pub caller: Caller,
+    pub key: CacheKey,
+    pub sight: Option<Sight>,
+}
+
 fn waits(rest: Rest) -> Served {
     Served::Later(Box::new(rest))
 }
@@ -64,21 +73,22 @@ pub async fn serve(
     parts: http::request::Parts,
     form: HeadForm,
 ) -> Result<Answer, ProxyError> {
-    match serve_now(&mut exchange, parts, form, None, |_, _| {}) {
+    match serve_now(&mut exchange, parts, form, None, |_| {}) {
         Served::Now(answer) => answer,
         Served::Later(rest) => serve_later(&exchange, *rest).await,
     }
 }
 
 /// As much of a load as needs no waiting: a hit is answered here, its head in `form` where the
-/// policy allows it. `derived`: the caller and key this request's head is known to derive (a
-/// connection's memo); else they are derived, and `learn` is told them when there is a key.
+/// policy allows it. `known`: what this request's head is known to derive (a connection's memo)
+/// and what its last lookup found; else they are derived. When there is a key, `learn` is
+/// handed them, with what the lookup found, once the lookup no longer needs them.
 pub fn serve_now(
     exchange: &mut Exchange<'_>,
     parts: http::request::Parts,
     form: HeadForm,
-    derived: Option<(Caller, CacheKey)>,
-    learn: impl FnOnce(&Caller, &CacheKey),
+    known: Option<Known>,
+    learn: impl FnOnce(Known),
 ) -> Served {
     let shape = answer_shape(exchange.route.operation);
     let sent = match outgoing(exchange, parts, shape) {
@@ -89,33 +99,48 @@ pub fn serve_now(
     let Some(cache) = exchange.state.cache.as_ref() else {
         return waits(Rest::Stream { sent, reason: None });
     };
-    let (caller, key) = match derived {
-        Some((caller, key)) => (caller, Ok(key)),
+    let (caller, key, sight) = match known {
+        Some(known) => (known.caller, Ok(known.key), known.sight),
         None => {
             let route = exchange.route.take_names();
             let (caller, key) = caller_and_key(exchange, route, &sent, form);
-            if let Ok(key) = &key {
-                learn(&caller, key);
-            }
-            (caller, key)
+            (caller, key, None)
         }
     };
     match key {
         Ok(key) => {
             let mut ask = Ask::new(key, sent, caller, exchange.settings.clone());
+            ask.sight = sight;
             match cache.load_now(&mut ask) {
-                Ok(lookup) => match served(lookup) {
-                    Ok(answer) => Served::Now(Ok(answer)),
-                    Err(reason) => waits(Rest::Stream {
-                        sent: ask.request,
-                        reason: Some(reason),
-                    }),
-                },
-                Err(later) => waits(Rest::Cache {
-                    cache: cache.clone(),
-                    ask,
-                    later,
-                }),
+                Ok(lookup) => {
+                    let Ask {
+                        key,
+                        request,
+                        caller,
+                        sight,
+                        ..
+                    } = ask;
+                    learn(Known { caller, key, sight });
+                    match served(lookup) {
+                        Ok(answer) => Served::Now(Ok(answer)),
+                        Err(reason) => waits(Rest::Stream {
+                            sent: request,
+                            reason: Some(reason),
+                        }),
+                    }
+                }
+                Err(later) => {
+                    learn(Known {
+                        caller: ask.caller.clone(),
+                        key: ask.key.clone(),
+                        sight: ask.sight.take(),
+                    });
+                    waits(Rest::Cache {
+                        cache: cache.clone(),
+                        ask,
+                        later,
+                    })
+                }
             }
         }
         Err(reason) if exchange.policy.credentials == Credentials::Passthrough => {

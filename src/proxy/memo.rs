@@ -8,7 +8,8 @@
 //! in everything (method, version, target, every field in order, no body) under the same
 //! settings and separator. Anything else derives afresh. A connection whose loads never repeat
 //! their head (a tracing id per request) pauses comparing and copying heads for a while after
-//! a few tries.
+//! a few tries. What the key's last lookup found is kept beside it (a `Sight`), so the next
+//! lookup need not hash the key while the store has not changed.
 
 use std::cell::Cell;
 use std::sync::Arc;
@@ -16,10 +17,9 @@ use std::sync::Arc;
 use http::header::{HeaderName, HeaderValue};
 use http::{Method, Request, Version};
 
-use crate::cache::{CacheKey, Caller};
+use super::load::Known;
 use crate::catalog::route::Operation;
 use crate::config::Settings;
-use crate::policy::Policy;
 
 /// Kept heads in a row that no request sent again, after which a connection pauses copying.
 const UNUSED_BEFORE_PAUSING: u32 = 4;
@@ -28,21 +28,19 @@ const UNUSED_BEFORE_PAUSING: u32 = 4;
 /// habits may change.
 const PAUSE: u32 = 64;
 
-/// What a load's head derived.
-#[derive(Clone)]
+/// What a load's head derived: its operation, and what the load knows from it (the caller,
+/// whose policy is the one in force, the key, and what the key's last lookup found).
 pub struct Derived {
     pub operation: Operation,
-    pub policy: Arc<Policy>,
-    pub caller: Caller,
-    pub key: CacheKey,
+    pub known: Known,
 }
 
 impl Derived {
     /// The same, holding no bytes of the request it came from (the caller's `If-None-Match`
     /// values are copied), as a memo keeps it; None if a value cannot be copied.
     pub fn detached(mut self) -> Option<Derived> {
-        self.caller.if_none_match = self
-            .caller
+        let caller = &mut self.known.caller;
+        caller.if_none_match = caller
             .if_none_match
             .iter()
             .map(owned)
@@ -96,12 +94,14 @@ fn owned(value: &HeaderValue) -> Option<HeaderValue> {
 
 struct Kept<T> {
     head: Head,
-    derived: T,
+    /// None while lent to a request (`recall` to `restore`).
+    derived: Option<T>,
 }
 
 /// One connection's memo. Requests on a connection are handed over one at a time (HTTP/2's
 /// streams too: each is handed over on the connection's task), so it is a cell: whoever uses
-/// it takes it, and puts it back.
+/// it takes it, and puts it back. What is kept is lent, not copied, to the request whose head
+/// recalls it, which gives it back once answered.
 pub struct Memo<T> {
     kept: Cell<Option<Box<Kept<T>>>>,
     /// Whether the kept head was sent again.
@@ -123,8 +123,9 @@ impl<T> Default for Memo<T> {
     }
 }
 
-impl<T: Clone> Memo<T> {
-    /// What `request` derives, when it is the head the memo was kept for.
+impl<T> Memo<T> {
+    /// What `request` derives, lent until `restore`, when it is the head the memo was kept for
+    /// and nothing is lent already.
     pub fn recall<B: http_body::Body>(
         &self,
         request: &Request<B>,
@@ -135,17 +136,25 @@ impl<T: Clone> Memo<T> {
         if self.paused.get() > 0 {
             return None;
         }
-        let kept = self.kept.take()?;
+        let mut kept = self.kept.take()?;
         let same = Arc::ptr_eq(&kept.head.settings, settings)
             && Arc::ptr_eq(&kept.head.separator, separator)
             && kept.head.is(request);
-        let derived = same.then(|| kept.derived.clone());
+        let derived = if same { kept.derived.take() } else { None };
         self.kept.set(Some(kept));
-        if same {
+        if derived.is_some() {
             self.used.set(true);
             self.unused.set(0);
         }
         derived
+    }
+
+    /// Gives back what `recall` lent, for the next equal head.
+    pub fn restore(&self, derived: T) {
+        if let Some(mut kept) = self.kept.take() {
+            kept.derived.get_or_insert(derived);
+            self.kept.set(Some(kept));
+        }
     }
 
     /// The head of a load `request` under `settings` and `separator`, for `keep`: none for a
@@ -191,7 +200,10 @@ impl<T: Clone> Memo<T> {
             }
         }
         self.used.set(false);
-        self.kept.set(Some(Box::new(Kept { head, derived })));
+        self.kept.set(Some(Box::new(Kept {
+            head,
+            derived: Some(derived),
+        })));
     }
 }
 
@@ -225,6 +237,20 @@ mod tests {
         ]
     }
 
+    /// What `memo` recalls for `request`, given back at once as a load answered at once does.
+    fn recalled<B: http_body::Body>(
+        memo: &Memo<u32>,
+        request: &Request<B>,
+        settings: &Arc<Settings>,
+        separator: &Arc<String>,
+    ) -> Option<u32> {
+        let derived = memo.recall(request, settings, separator);
+        if let Some(derived) = derived {
+            memo.restore(derived);
+        }
+        derived
+    }
+
     /// A memo kept for the usual request, with what the process holds.
     fn kept() -> (Memo<u32>, Arc<Settings>, Arc<String>) {
         let (settings, separator) = (settings(), Arc::new("%1F".to_owned()));
@@ -241,7 +267,7 @@ mod tests {
         let memo = Memo::<u32>::default();
         let request = get(PATH, &usual());
         assert_eq!(
-            memo.recall(&request, &settings(), &Arc::new("%1F".into())),
+            recalled(&memo, &request, &settings(), &Arc::new("%1F".into())),
             None
         );
     }
@@ -251,10 +277,34 @@ mod tests {
         let (memo, settings, separator) = kept();
         for _ in 0..3 {
             assert_eq!(
-                memo.recall(&get(PATH, &usual()), &settings, &separator),
+                recalled(&memo, &get(PATH, &usual()), &settings, &separator),
                 Some(7)
             );
         }
+    }
+
+    #[test]
+    fn what_is_lent_is_not_recalled_again_until_it_is_given_back() {
+        let (memo, settings, separator) = kept();
+        let request = get(PATH, &usual());
+        assert_eq!(memo.recall(&request, &settings, &separator), Some(7));
+        assert_eq!(memo.recall(&request, &settings, &separator), None);
+        memo.restore(7);
+        assert_eq!(memo.recall(&request, &settings, &separator), Some(7));
+    }
+
+    #[test]
+    fn what_is_given_back_after_another_head_was_kept_is_dropped() {
+        let (memo, settings, separator) = kept();
+        let lent = memo.recall(&get(PATH, &usual()), &settings, &separator);
+        let other = traced(1);
+        memo.keep(memo.head(&other, &settings, &separator).unwrap(), 8);
+        memo.restore(lent.unwrap());
+        assert_eq!(recalled(&memo, &other, &settings, &separator), Some(8));
+        assert_eq!(
+            recalled(&memo, &get(PATH, &usual()), &settings, &separator),
+            None
+        );
     }
 
     #[test]
@@ -289,29 +339,29 @@ mod tests {
         ];
         for request in &differing {
             assert_eq!(
-                memo.recall(request, &settings, &separator),
+                recalled(&memo, request, &settings, &separator),
                 None,
                 "{request:?}"
             );
             // What was kept stays: the usual head still recalls it.
             assert_eq!(
-                memo.recall(&get(PATH, &usual()), &settings, &separator),
+                recalled(&memo, &get(PATH, &usual()), &settings, &separator),
                 Some(7)
             );
         }
         let mut head = get(PATH, &usual());
         *head.method_mut() = Method::HEAD;
-        assert_eq!(memo.recall(&head, &settings, &separator), None);
+        assert_eq!(recalled(&memo, &head, &settings, &separator), None);
         let mut old = get(PATH, &usual());
         *old.version_mut() = Version::HTTP_10;
-        assert_eq!(memo.recall(&old, &settings, &separator), None);
+        assert_eq!(recalled(&memo, &old, &settings, &separator), None);
         let mut marked = get(PATH, &usual());
         marked
             .headers_mut()
             .get_mut(AUTHORIZATION)
             .unwrap()
             .set_sensitive(true);
-        assert_eq!(memo.recall(&marked, &settings, &separator), None);
+        assert_eq!(recalled(&memo, &marked, &settings, &separator), None);
     }
 
     #[test]
@@ -321,7 +371,7 @@ mod tests {
             .body(Full::new(bytes::Bytes::from_static(b"x")))
             .unwrap();
         *with_body.headers_mut() = get(PATH, &usual()).headers().clone();
-        assert_eq!(memo.recall(&with_body, &settings, &separator), None);
+        assert_eq!(recalled(&memo, &with_body, &settings, &separator), None);
         assert!(memo.head(&with_body, &settings, &separator).is_none());
     }
 
@@ -330,12 +380,15 @@ mod tests {
         let (memo, settings, separator) = kept();
         let request = get(PATH, &usual());
         // Equal in content, but not the settings in force when the memo was kept.
-        assert_eq!(memo.recall(&request, &self::settings(), &separator), None);
         assert_eq!(
-            memo.recall(&request, &settings, &Arc::new("%1F".into())),
+            recalled(&memo, &request, &self::settings(), &separator),
             None
         );
-        assert_eq!(memo.recall(&request, &settings, &separator), Some(7));
+        assert_eq!(
+            recalled(&memo, &request, &settings, &Arc::new("%1F".into())),
+            None
+        );
+        assert_eq!(recalled(&memo, &request, &settings, &separator), Some(7));
     }
 
     /// The usual request with a tracing field of its own.
@@ -354,7 +407,7 @@ mod tests {
         let mut copied = || {
             n += 1;
             let request = traced(n);
-            assert_eq!(memo.recall(&request, &settings, &separator), None);
+            assert_eq!(recalled(&memo, &request, &settings, &separator), None);
             let head = memo.head(&request, &settings, &separator);
             let copied = head.is_some();
             if let Some(head) = head {
@@ -382,11 +435,11 @@ mod tests {
         }
         let last = traced(UNUSED_BEFORE_PAUSING);
         for _ in 0..PAUSE {
-            assert_eq!(memo.recall(&last, &settings, &separator), None);
+            assert_eq!(recalled(&memo, &last, &settings, &separator), None);
             assert!(memo.head(&last, &settings, &separator).is_none());
         }
         assert_eq!(
-            memo.recall(&last, &settings, &separator),
+            recalled(&memo, &last, &settings, &separator),
             Some(UNUSED_BEFORE_PAUSING)
         );
     }
@@ -396,11 +449,11 @@ mod tests {
         let (memo, settings, separator) = kept();
         for n in 0..10 * UNUSED_BEFORE_PAUSING {
             let request = traced(n);
-            assert_eq!(memo.recall(&request, &settings, &separator), None);
+            assert_eq!(recalled(&memo, &request, &settings, &separator), None);
         }
         assert!(memo.head(&traced(0), &settings, &separator).is_some());
         assert_eq!(
-            memo.recall(&get(PATH, &usual()), &settings, &separator),
+            recalled(&memo, &get(PATH, &usual()), &settings, &separator),
             Some(7)
         );
     }
@@ -413,7 +466,7 @@ mod tests {
         for round in 0..4 * UNUSED_BEFORE_PAUSING {
             let request = traced(round);
             for _ in 0..2 {
-                if memo.recall(&request, &settings, &separator).is_none() {
+                if recalled(&memo, &request, &settings, &separator).is_none() {
                     let head = memo.head(&request, &settings, &separator);
                     memo.keep(head.expect("copying never pauses"), round);
                 }

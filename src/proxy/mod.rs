@@ -28,7 +28,7 @@ use http::{Method, Request, Response};
 use http_body::Body as _;
 use hyper::body::Incoming;
 
-use crate::cache::{CacheKey, CachePhase, Caller, HeadForm, NoCacheReason};
+use crate::cache::{CachePhase, HeadForm, NoCacheReason};
 use crate::catalog::lenient::may_be_config;
 use crate::catalog::route::{classify, named, operation_of, Operation, Route};
 use crate::catalog::writes;
@@ -105,28 +105,26 @@ pub fn handle(
 ) -> Handled {
     let settings = state.settings();
     let separator = state.separator.get();
-    if let Some(known) = memo.recall(&request, &settings, &separator) {
-        let ending = Ending::new(
-            request.method().clone(),
-            known.operation,
-            peer,
-            &known.policy,
-        );
+    if let Some(derived) = memo.recall(&request, &settings, &separator) {
+        let operation = derived.operation;
+        let policy = derived.known.caller.policy.clone();
+        let ending = Ending::new(request.method().clone(), operation, peer, &policy);
         let admitted = Admitted {
             settings,
-            route: named(known.operation),
-            policy: known.policy,
+            route: named(operation),
+            policy,
             peer,
         };
-        let derived = Some((known.caller, known.key));
+        // Given back once the load is answered or waits, for the next equal head.
+        let give_back = |known| memo.restore(Derived { operation, known });
         return load(
             state,
             ending,
             admitted,
             request_id,
             request,
-            derived,
-            |_, _| {},
+            Some(derived.known),
+            give_back,
         );
     }
     let method = request.method().clone();
@@ -166,18 +164,11 @@ pub fn handle(
     };
     // Loads first: a hit is answered here, without a future.
     if is_load {
-        let policy = admitted.policy.clone();
-        let learn = |caller: &Caller, key: &CacheKey| {
+        let learn = |known| {
             let Some(head) = head else {
                 return;
             };
-            let derived = Derived {
-                operation,
-                policy,
-                caller: caller.clone(),
-                key: key.clone(),
-            };
-            if let Some(derived) = derived.detached() {
+            if let Some(derived) = (Derived { operation, known }).detached() {
                 memo.keep(head, derived);
             }
         };
@@ -190,23 +181,22 @@ pub fn handle(
     })
 }
 
-/// A load: answered at once when it can be, else the future that finishes it. `derived`: the
-/// caller and key the connection's memo holds for this head; `learn` is told what a fresh
-/// derivation found.
+/// A load: answered at once when it can be, else the future that finishes it. `known`: what
+/// the connection's memo holds for this head; `learn` is told what was derived and found.
 fn load(
     state: Arc<State>,
     ending: Ending,
     admitted: Admitted,
     request_id: RequestId,
     request: Request<Incoming>,
-    derived: Option<(Caller, CacheKey)>,
-    learn: impl FnOnce(&Caller, &CacheKey),
+    known: Option<load::Known>,
+    learn: impl FnOnce(load::Known),
 ) -> Handled {
     let mut exchange = admitted.exchange(&state, &request_id);
     let (parts, _body) = request.into_parts();
     // Its answer goes out as it is built: packed for an HTTP/1.x client.
     let form = HeadForm::for_version(parts.version);
-    match load::serve_now(&mut exchange, parts, form, derived, learn) {
+    match load::serve_now(&mut exchange, parts, form, known, learn) {
         load::Served::Now(result) => Handled::ready(ending.conclude(&state, &request_id, result)),
         load::Served::Later(rest) => {
             let admitted = exchange.admitted();

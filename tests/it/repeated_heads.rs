@@ -241,3 +241,71 @@ async fn a_reload_applies_to_the_next_equal_head_on_a_kept_connection() {
         assert!(answer.field("cache-status").is_some(), "{}", answer.head);
     }
 }
+
+/// Asks `path` on `connection` (with `token`) until `done` holds of an answer, a bounded number
+/// of times; returns how many answers that took.
+async fn ask_until(
+    connection: &mut Connection,
+    path: &str,
+    token: &[(&str, &str)],
+    done: impl Fn(&Answer) -> bool,
+) -> usize {
+    for asked in 1..=600 {
+        if done(&connection.get(path, token).await) {
+            return asked;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    panic!("never happened in 600 answers");
+}
+
+fn version(answer: &Answer) -> Option<u64> {
+    version_of(&serde_json::from_str(&answer.body).ok()?)
+}
+
+#[tokio::test]
+async fn a_table_changed_at_the_catalog_is_what_equal_heads_get_once_it_was_fetched_again() {
+    let catalog = catalog_of(&["t"]).await;
+    // Short-lived entries: the change is fetched once the entry holding version 1 goes stale.
+    let icecache = Icecache::start(&catalog.url, &["--fresh-for", "300ms"]).await;
+    let mut connection = Connection::open(&icecache).await;
+    let token = [("Authorization", "Bearer alice")];
+    for _ in 0..3 {
+        assert_eq!(version(&connection.get(PATH, &token).await), Some(1));
+    }
+    catalog.commit_directly("t");
+    ask_until(&mut connection, PATH, &token, |a| version(a) == Some(2)).await;
+    for _ in 0..40 {
+        assert_eq!(version(&connection.get(PATH, &token).await), Some(2));
+    }
+}
+
+#[tokio::test]
+async fn a_table_dropped_at_the_catalog_is_never_served_again_once_its_entry_was_removed() {
+    let catalog = catalog_of(&["t"]).await;
+    // A stale entry would be served while it is revalidated: until the catalog's 404 removes it.
+    let icecache = Icecache::start(
+        &catalog.url,
+        &["--fresh-for", "300ms", "--stale-while-revalidate", "1h"],
+    )
+    .await;
+    let mut connection = Connection::open(&icecache).await;
+    let token = [("Authorization", "Bearer alice")];
+    for _ in 0..3 {
+        assert_eq!(version(&connection.get(PATH, &token).await), Some(1));
+    }
+    let dropped = reqwest::Client::new()
+        .delete(format!("{}{PATH}", catalog.url))
+        .send()
+        .await
+        .unwrap();
+    assert!(dropped.status().is_success());
+    ask_until(&mut connection, PATH, &token, |a| {
+        a.head.starts_with("HTTP/1.1 404")
+    })
+    .await;
+    for _ in 0..40 {
+        let answer = connection.get(PATH, &token).await;
+        assert!(answer.head.starts_with("HTTP/1.1 404"), "{}", answer.head);
+    }
+}
