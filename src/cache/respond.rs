@@ -14,13 +14,15 @@ use super::entry::{Content, Entry, Gzipped};
 use super::fill::Answered;
 use super::heads::HeadForm;
 use super::phase::CachePhase;
+use crate::policy::headers::is_secret;
 use crate::policy::identity::Scope;
 use crate::policy::stage::{self, Shape, Stage};
+use crate::policy::KeyPatterns;
 use crate::policy::Policy;
 use crate::telemetry::CacheMetrics;
 use crate::wire::body::{empty, full, pieces, Body};
 use crate::wire::etag::if_none_match_matches;
-use crate::wire::packed::pack;
+use crate::wire::packed::pack_fields;
 pub use crate::wire::packed::{CACHE_STATUS, X_CACHE};
 use crate::wire::seconds::seconds_value;
 
@@ -52,46 +54,41 @@ static KEPT_ON_304: [HeaderName; 3] = [
 ];
 
 /// The head of a 304 from an entry's `headers`, for the representation tagged `etag`, marked
-/// as a hit.
-fn not_modified_head(headers: &HeaderMap, etag: &HeaderValue, form: HeadForm) -> HeaderMap {
+/// as a hit, packed (`form`) but for what `strip` names.
+fn not_modified_head(
+    headers: &HeaderMap,
+    etag: &HeaderValue,
+    form: HeadForm,
+    strip: &KeyPatterns,
+) -> HeaderMap {
     let mut head = HeaderMap::with_capacity(KEPT_ON_304.len() + 4);
     for name in &KEPT_ON_304 {
         for value in headers.get_all(name) {
             head.append(name.clone(), value.clone());
         }
     }
-    kept_head(head, etag, form)
+    kept_head(head, etag, form, strip)
 }
 
-/// A head as an entry keeps it: its `ETag`, marked as a hit (`Age` is the answer's own).
-fn kept_head(mut head: HeaderMap, etag: &HeaderValue, form: HeadForm) -> HeaderMap {
-    let hit = CachePhase::Hit;
-    let packed = match form {
-        HeadForm::Fields => None,
-        HeadForm::Packed => pack(
-            &hit.x_cache_value(),
-            &[
-                (&header::ETAG, etag),
-                (&CACHE_STATUS, &hit.cache_status_value()),
-            ],
-        ),
-    };
-    match packed {
-        Some(packed) => {
-            // The entry's own fields may hold a catalog's (or a CDN's) marks: one of each.
-            head.remove(&CACHE_STATUS);
-            head.remove(header::ETAG);
-            head.insert(X_CACHE.clone(), packed);
-        }
+/// A head as an entry keeps it: its `ETag`, marked as a hit (`Age` is the answer's own). Packed,
+/// every field goes into one (`wire::packed`) but those the encoder reads and those `strip`
+/// names, which stay fields where the strip of the answer's fields finds them.
+fn kept_head(
+    mut head: HeaderMap,
+    etag: &HeaderValue,
+    form: HeadForm,
+    strip: &KeyPatterns,
+) -> HeaderMap {
+    // The entry's own fields may hold a catalog's (or a CDN's) marks: one of each.
+    head.insert(header::ETAG, etag.clone());
+    mark_phase(&mut head, CachePhase::Hit);
+    match form {
+        HeadForm::Fields => head,
         // A value packing cannot hold (none of icecache's tags or marks is such) keeps its
         // fields; `ETag` is then written in lower case, which only a client reading it
         // case-sensitively would miss.
-        None => {
-            head.insert(header::ETAG, etag.clone());
-            mark_phase(&mut head, hit);
-        }
+        HeadForm::Packed => pack_fields(&head, |name| is_secret(name, strip)).unwrap_or(head),
     }
-    head
 }
 
 /// The fields an answer from an entry may add to its kept head: `Age`, and the marks of a phase
@@ -137,18 +134,24 @@ pub fn from_entry(
     };
     if names_this_version && entry.credentials_servable(now) {
         counted.0.not_modified();
-        let head = content.heads.not_modified(form, gzip.is_some(), || {
-            not_modified_head(&content.headers, selected, form)
-        });
+        let policy = &caller.policy;
+        let head = content
+            .heads
+            .not_modified(form, gzip.is_some(), policy.generation, || {
+                not_modified_head(&content.headers, selected, form, &policy.strip)
+            });
         let mut r = Response::new(empty());
         *r.status_mut() = StatusCode::NOT_MODIFIED;
-        *r.headers_mut() = written_into(head, spare);
+        *r.headers_mut() = written_into(&head, spare);
         finish(&mut r, entry, phase, now, case, form);
         return r;
     }
+    let policy = &caller.policy;
     let head = content
         .heads
-        .full(form, gzip.is_some(), || full_head(content, gzip, form));
+        .full(form, gzip.is_some(), policy.generation, || {
+            full_head(content, gzip, form, &policy.strip)
+        });
     let body = match gzip {
         Some(gzip) => full(gzip.body.clone()),
         None => {
@@ -163,14 +166,19 @@ pub fn from_entry(
         }
     };
     let mut response = Response::new(body);
-    *response.headers_mut() = written_into(head, spare);
+    *response.headers_mut() = written_into(&head, spare);
     finish(&mut response, entry, phase, now, case, form);
     response
 }
 
 /// The head of a 200 from an entry's content, in the gzip representation or the identity one,
-/// marked as a hit.
-fn full_head(content: &Content, gzip: Option<&Gzipped>, form: HeadForm) -> HeaderMap {
+/// marked as a hit, packed (`form`) but for what `strip` names.
+fn full_head(
+    content: &Content,
+    gzip: Option<&Gzipped>,
+    form: HeadForm,
+    strip: &KeyPatterns,
+) -> HeaderMap {
     let mut head = HeaderMap::with_capacity(content.headers.len() + 6);
     for (name, value) in &content.headers {
         head.append(name.clone(), value.clone());
@@ -186,7 +194,7 @@ fn full_head(content: &Content, gzip: Option<&Gzipped>, form: HeadForm) -> Heade
             &content.etag
         }
     };
-    kept_head(head, etag, form)
+    kept_head(head, etag, form, strip)
 }
 
 /// What every answer from an entry carries beyond its head: its marks (a hit's head has them),
@@ -281,20 +289,55 @@ mod tests {
         HeaderValue::from_static("\"abc\"")
     }
 
+    fn no_strip() -> KeyPatterns {
+        KeyPatterns::new(std::iter::empty::<&str>())
+    }
+
     #[test]
-    fn a_packed_head_holds_the_marks_and_the_tag_in_one_field_and_nothing_of_the_catalogs() {
-        let head = kept_head(marked_by_a_cdn(), &tag(), HeadForm::Packed);
+    fn a_packed_head_holds_its_fields_the_marks_and_the_tag_in_one_and_nothing_of_the_catalogs() {
+        let head = kept_head(marked_by_a_cdn(), &tag(), HeadForm::Packed, &no_strip());
         let names: Vec<&str> = head.keys().map(|n| n.as_str()).collect();
-        assert_eq!(names, ["vary", "x-cache"]);
+        assert_eq!(names, ["vary"]);
         assert_eq!(
-            head[&X_CACHE].as_bytes(),
-            b"HIT\r\nETag: \"abc\"\r\ncache-status: icecache; hit"
+            head[header::VARY].as_bytes(),
+            b"accept-encoding\r\nx-cache: HIT\r\ncache-status: icecache; hit\r\nETag: \"abc\""
         );
     }
 
     #[test]
+    fn a_packed_head_keeps_apart_what_the_policy_strips_and_what_frames_the_answer() {
+        let mut fields = marked_by_a_cdn();
+        fields.insert(
+            HeaderName::from_static("x-amz-security-token"),
+            HeaderValue::from_static("secret"),
+        );
+        fields.insert(
+            HeaderName::from_static("x-custom-key"),
+            HeaderValue::from_static("secret"),
+        );
+        fields.insert(header::CONTENT_LENGTH, HeaderValue::from_static("5"));
+        let strip = KeyPatterns::new(["x-custom*"]);
+        let head = kept_head(fields, &tag(), HeadForm::Packed, &strip);
+        let names: Vec<&str> = head.keys().map(|n| n.as_str()).collect();
+        // `x-amz-security-token` is a credential header under any strip keys.
+        assert_eq!(
+            names,
+            [
+                "vary",
+                "x-amz-security-token",
+                "x-custom-key",
+                "content-length"
+            ]
+        );
+        assert!(!head[header::VARY]
+            .as_bytes()
+            .windows(6)
+            .any(|w| w == b"secret"));
+    }
+
+    #[test]
     fn a_head_of_fields_holds_each_mark_and_the_tag_once() {
-        let head = kept_head(marked_by_a_cdn(), &tag(), HeadForm::Fields);
+        let head = kept_head(marked_by_a_cdn(), &tag(), HeadForm::Fields, &no_strip());
         assert_eq!(head.len(), 4);
         assert_eq!(head[header::ETAG], "\"abc\"");
         assert_eq!(head[&X_CACHE], "HIT");

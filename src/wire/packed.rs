@@ -13,7 +13,7 @@
 //! there), so a packed head is for HTTP/1.x answers only.
 
 use bytes::{BufMut, Bytes, BytesMut};
-use http::header::{self, HeaderName, HeaderValue};
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 
 /// How an answer was produced (`cache::phase`).
 pub static X_CACHE: HeaderName = HeaderName::from_static("x-cache");
@@ -23,6 +23,16 @@ pub static CACHE_STATUS: HeaderName = HeaderName::from_static("cache-status");
 /// The fields a hit's head packs into one: `x-cache` carries `ETag` and `Cache-Status`. A policy
 /// that strips any of them by name keeps them apart, where the strip finds them.
 pub static PACKED_NAMES: [&HeaderName; 3] = [&X_CACHE, &header::ETAG, &CACHE_STATUS];
+
+/// Names hyper's HTTP/1.x encoder reads in an answer's map to frame and close it (and to add
+/// `Date` when absent): never packed, or hyper would frame the answer without them.
+pub static READ_BY_THE_ENCODER: [HeaderName; 5] = [
+    header::CONTENT_LENGTH,
+    header::TRANSFER_ENCODING,
+    header::CONNECTION,
+    header::DATE,
+    header::TRAILER,
+];
 
 /// How `name` is spelled on the wire in a packed value: `ETag` as the Java client reads it,
 /// every other name as `http` holds it (lower case).
@@ -59,6 +69,40 @@ pub fn pack(first: &HeaderValue, rest: &[(&HeaderName, &HeaderValue)]) -> Option
     Some(unsafe { HeaderValue::from_maybe_shared_unchecked(bytes) })
 }
 
+/// `head` with its fields packed into one: the first field not named `ETag` carries, after its
+/// own value, every other field that `apart` does not hold back, in the order of `head`. Fields
+/// held back, and those the encoder reads (`READ_BY_THE_ENCODER`), stay fields of their own,
+/// where a later step that edits the answer's fields (a strip) finds them. `None` when a value
+/// is not UTF-8, or when nothing but `ETag` could be packed (a carrier named `ETag` would be
+/// written in lower case).
+pub fn pack_fields(head: &HeaderMap, apart: impl Fn(&HeaderName) -> bool) -> Option<HeaderMap> {
+    let stays = |name: &HeaderName| READ_BY_THE_ENCODER.contains(name) || apart(name);
+    let carrier = head
+        .keys()
+        .find(|name| *name != header::ETAG && !stays(name))?;
+    let mut first = None;
+    let mut rest = Vec::with_capacity(head.len());
+    for (name, value) in head {
+        if stays(name) {
+            continue;
+        }
+        match first {
+            None if name == carrier => first = Some(value),
+            _ => rest.push((name, value)),
+        }
+    }
+    let packed = pack(first?, &rest)?;
+    let mut out = HeaderMap::with_capacity(head.len() - rest.len());
+    for (name, value) in head {
+        if stays(name) {
+            out.append(name.clone(), value.clone());
+        } else if name == carrier && !out.contains_key(carrier) {
+            out.append(name.clone(), packed.clone());
+        }
+    }
+    Some(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -92,5 +136,111 @@ mod tests {
             &[(&header::ETAG, &obs_text)]
         )
         .is_none());
+    }
+
+    fn head(fields: &[(&str, &str)]) -> HeaderMap {
+        let mut head = HeaderMap::new();
+        for (name, value) in fields {
+            head.append(
+                HeaderName::from_bytes(name.as_bytes()).unwrap(),
+                HeaderValue::from_str(value).unwrap(),
+            );
+        }
+        head
+    }
+
+    fn fields(head: &HeaderMap) -> Vec<(&str, &[u8])> {
+        head.iter()
+            .map(|(n, v)| (n.as_str(), v.as_bytes()))
+            .collect()
+    }
+
+    #[test]
+    fn every_field_but_those_the_encoder_reads_goes_into_the_first() {
+        let packed = pack_fields(
+            &head(&[
+                ("content-type", "application/json"),
+                ("vary", "accept-encoding"),
+                ("content-length", "12"),
+                ("x-cache", "HIT"),
+                ("etag", "\"abc\""),
+            ]),
+            |_| false,
+        )
+        .expect("packed");
+        assert_eq!(
+            fields(&packed),
+            [
+                (
+                    "content-type",
+                    &b"application/json\r\nvary: accept-encoding\r\nx-cache: HIT\r\nETag: \"abc\""
+                        [..]
+                ),
+                ("content-length", b"12"),
+            ]
+        );
+    }
+
+    #[test]
+    fn fields_held_back_stay_fields_of_their_own_in_their_place() {
+        let packed = pack_fields(
+            &head(&[
+                ("x-secret", "s"),
+                ("content-type", "application/json"),
+                ("date", "then"),
+                ("x-secret", "t"),
+                ("vary", "accept-encoding"),
+            ]),
+            |name| name.as_str() == "x-secret",
+        )
+        .expect("packed");
+        assert_eq!(
+            fields(&packed),
+            [
+                ("x-secret", &b"s"[..]),
+                ("x-secret", b"t"),
+                ("content-type", b"application/json\r\nvary: accept-encoding"),
+                ("date", b"then"),
+            ]
+        );
+    }
+
+    #[test]
+    fn etag_never_carries_and_alone_is_not_packed() {
+        let packed =
+            pack_fields(&head(&[("etag", "\"a\""), ("vary", "x")]), |_| false).expect("packed");
+        assert_eq!(fields(&packed), [("vary", &b"x\r\nETag: \"a\""[..])]);
+        assert!(
+            pack_fields(&head(&[("etag", "\"a\""), ("content-length", "1")]), |_| {
+                false
+            })
+            .is_none()
+        );
+    }
+
+    #[test]
+    fn every_value_of_a_repeated_name_is_a_line_of_its_own() {
+        let packed = pack_fields(
+            &head(&[("vary", "a"), ("vary", "b"), ("link", "c")]),
+            |_| false,
+        )
+        .expect("packed");
+        assert_eq!(fields(&packed), [("vary", &b"a\r\nvary: b\r\nlink: c"[..])]);
+    }
+
+    #[test]
+    fn a_head_with_a_value_that_is_not_utf8_is_not_packed() {
+        let mut fields = head(&[("content-type", "application/json")]);
+        fields.append(
+            header::ETAG,
+            HeaderValue::from_bytes(b"\"caf\xe9\"").expect("obs-text is a value"),
+        );
+        assert!(pack_fields(&fields, |_| false).is_none());
+    }
+
+    #[test]
+    fn nothing_to_pack_is_none() {
+        assert!(pack_fields(&head(&[("content-length", "3")]), |_| false).is_none());
+        assert!(pack_fields(&head(&[("x-secret", "s")]), |_| true).is_none());
     }
 }
