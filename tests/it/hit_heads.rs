@@ -206,6 +206,44 @@ async fn a_policy_that_strips_etag_strips_it_alone() {
 }
 
 #[tokio::test]
+async fn a_catalog_field_the_policy_strips_never_goes_out_and_the_others_go_out_once() {
+    let catalog = StandIn::start(Shape {
+        etag: true,
+        extra_headers: vec![
+            ("x-custom-secret", "leaked-value"),
+            ("x-catalog-trace", "kept-value"),
+        ],
+        ..Shape::default()
+    })
+    .await;
+    catalog.create("t");
+    let flags = [
+        "--credentials",
+        "strip",
+        "--strip-keys",
+        "x-custom*",
+        FRESH[0],
+        FRESH[1],
+    ];
+    let icecache = Icecache::start(&catalog.url, &flags).await;
+    let miss = raw_get_head(&icecache, PATH, TOKEN).await;
+    let hit = raw_get_head(&icecache, PATH, TOKEN).await;
+    let tag = etag(&assert_marked_once(&hit));
+    let conditional = format!("{TOKEN}If-None-Match: {tag}\r\n");
+    let not_modified = raw_get_head(&icecache, PATH, &conditional).await;
+    assert!(not_modified.starts_with("HTTP/1.1 304"), "{not_modified}");
+    for head in [&miss, &hit] {
+        assert!(!head.contains("leaked-value"), "{head}");
+        assert_eq!(
+            values(&fields(head), "x-catalog-trace"),
+            ["kept-value"],
+            "{head}"
+        );
+    }
+    assert!(!not_modified.contains("leaked-value"), "{not_modified}");
+}
+
+#[tokio::test]
 async fn a_stale_answer_and_its_304_carry_their_own_marks_once() {
     let catalog = marked_catalog().await;
     let flags = ["--fresh-for", "100ms", "--stale-if-error", "60s"];
