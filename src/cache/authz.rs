@@ -18,8 +18,8 @@ impl Cache {
         entry: &Arc<Entry>,
     ) -> Result<Lookup, Failure> {
         let fill = ask.fill(Purpose::Authorize {
-            key: ask.key.clone(),
-            ticket: self.store.ticket(&ask.key, self.events.stamp()),
+            key: ask.asking.key.clone(),
+            ticket: self.store.ticket(&ask.asking.key, self.events.stamp()),
             entry: entry.clone(),
         });
         let outcome = self.filler.produce(fill).await;
@@ -29,6 +29,6 @@ impl Cache {
             FillOutcome::Answer(answer) if answer.status.is_client_error() => Authz::Denied,
             _ => Authz::Error,
         });
-        self.answer_own(&ask.caller, outcome, CachePhase::Revalidated)
+        self.answer_own(&ask.asking.caller, outcome, CachePhase::Revalidated)
     }
 }

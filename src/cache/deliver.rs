@@ -22,7 +22,7 @@ impl Cache {
         match self.servable(ask, &entry) {
             Servable::Yes => {
                 let spare = ask.request.spare_headers();
-                Ok(self.served_entry(&ask.caller, &entry, phase, now, spare))
+                Ok(self.served_entry(&ask.asking.caller, &entry, phase, now, spare))
             }
             servable => Err(Later::Deliver {
                 entry,
@@ -39,7 +39,7 @@ impl Cache {
         outcome: &FillOutcome,
         phase: CachePhase,
     ) -> Result<Lookup, Failure> {
-        let caller = &ask.caller;
+        let caller = &ask.asking.caller;
         let led = phase != CachePhase::Coalesced;
         match outcome {
             FillOutcome::Entry(entry) => self.deliver(ask, entry, phase).await,
@@ -141,7 +141,7 @@ impl Cache {
     ) -> Result<Lookup, Servable> {
         match self.servable(ask, entry) {
             Servable::Yes => {
-                Ok(self.served_entry(&ask.caller, entry, phase, now, HeaderMap::new()))
+                Ok(self.served_entry(&ask.asking.caller, entry, phase, now, HeaderMap::new()))
             }
             servable => Err(servable),
         }
@@ -149,7 +149,7 @@ impl Cache {
 
     /// Whether this caller may have the entry as it is.
     fn servable(&self, ask: &Ask, entry: &Entry) -> Servable {
-        let caller = &ask.caller;
+        let caller = &ask.asking.caller;
         entry.servable_to(
             &ask.request.as_filled(),
             caller.policy.identity,
@@ -186,14 +186,18 @@ impl Cache {
     ) -> Result<Lookup, Failure> {
         match servable {
             // `deliver_now` answers these; one that reaches here is served all the same.
-            Servable::Yes => {
-                Ok(self.served_entry(&ask.caller, entry, phase, Instant::now(), HeaderMap::new()))
-            }
+            Servable::Yes => Ok(self.served_entry(
+                &ask.asking.caller,
+                entry,
+                phase,
+                Instant::now(),
+                HeaderMap::new(),
+            )),
             // Fetched for a request that differed in a header the catalog varies on.
             Servable::OtherVariant => {
                 Box::pin(self.bypass(
                     ask.request.fill_request(),
-                    ask.caller.clone(),
+                    ask.asking.caller.clone(),
                     ask.settings.clone(),
                     NoCacheReason::Vary,
                 ))

@@ -18,14 +18,14 @@ impl Cache {
     pub async fn vouches_for(self: &Arc<Self>, ask: &mut Ask) -> bool {
         ask.coordination = self.tier.coordinate();
         // A table held in either snapshots mode exists.
-        let forms: &[Form] = match ask.key.form {
+        let forms: &[Form] = match ask.asking.key.form {
             Form::View => &[Form::View],
             _ => &[Form::AllSnapshots, Form::RefSnapshots],
         };
         let now = Instant::now();
-        let caller = &ask.caller;
+        let caller = &ask.asking.caller;
         forms.iter().any(|form| {
-            let mut key = ask.key.clone();
+            let mut key = ask.asking.key.clone();
             key.form = *form;
             let Some(entry) = self.store.get(&key, caller.policy.generation, now) else {
                 return false;

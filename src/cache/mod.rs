@@ -70,31 +70,36 @@ use filler::Filler;
 use store::Store;
 use tier::Coordination;
 
-/// One loadTable request as the cache handles it.
-pub struct Ask {
-    pub key: CacheKey,
-    /// This caller's request to the catalog; a fill sends it unconditional
-    /// (`Outgoing::fill_request`), and a hit only reads some of its headers.
-    pub request: Outgoing,
+/// Who asks for which key: the caller, the key, and what an earlier lookup of that key found.
+/// Boxed wherever it goes (a connection's memo keeps it between equal heads), so that a request
+/// moves a pointer, not the key.
+pub struct Asking {
     pub caller: Caller,
-    /// The settings in force when the request arrived.
-    pub settings: Arc<Settings>,
-    /// How the tier (if any) lets this lookup use what is held, learned as it starts.
-    coordination: Coordination,
+    pub key: CacheKey,
     /// What an earlier lookup of this key found (a connection's memo), and after `load_now`
     /// what this one found.
     pub sight: Option<Sight>,
 }
 
+/// One loadTable request as the cache handles it.
+pub struct Ask {
+    pub asking: Box<Asking>,
+    /// This caller's request to the catalog; a fill sends it unconditional
+    /// (`Outgoing::fill_request`), and a hit only reads some of its headers.
+    pub request: Outgoing,
+    /// The settings in force when the request arrived.
+    pub settings: Arc<Settings>,
+    /// How the tier (if any) lets this lookup use what is held, learned as it starts.
+    coordination: Coordination,
+}
+
 impl Ask {
-    pub fn new(key: CacheKey, request: Outgoing, caller: Caller, settings: Arc<Settings>) -> Ask {
+    pub fn new(asking: Box<Asking>, request: Outgoing, settings: Arc<Settings>) -> Ask {
         Ask {
-            key,
+            asking,
             request,
-            caller,
             settings,
             coordination: Coordination::Local,
-            sight: None,
         }
     }
 
@@ -103,8 +108,8 @@ impl Ask {
         Fill {
             purpose,
             request: self.request.fill_request(),
-            policy: self.caller.policy.clone(),
-            leader: self.caller.scope,
+            policy: self.asking.caller.policy.clone(),
+            leader: self.asking.caller.scope,
             settings: self.settings.clone(),
             remote: self.coordination.tokens().cloned(),
         }
@@ -276,9 +281,13 @@ impl Cache {
         ask.coordination = self.tier.coordinate();
         let now = Instant::now();
         // One clock reading for the whole lookup: a hit is answered before it could move on.
-        let held = self
-            .store
-            .get_seen(&ask.key, ask.caller.policy.generation, now, &mut ask.sight);
+        let asking = &mut *ask.asking;
+        let held = self.store.get_seen(
+            &asking.key,
+            asking.caller.policy.generation,
+            now,
+            &mut asking.sight,
+        );
         let seen = held.map(|entry| {
             let facts = self.held(ask, &entry, now);
             (entry, facts)
@@ -359,7 +368,7 @@ impl Cache {
         ask: &Ask,
         stale: Option<Arc<Entry>>,
     ) -> Result<(Arc<FillOutcome>, bool), Failure> {
-        let generation = ask.caller.policy.generation;
+        let generation = ask.asking.caller.policy.generation;
         for _ in 0..FILL_ATTEMPTS {
             let (waiter, led) = match self.join(ask) {
                 Joined::Wait(waiter) => {
@@ -370,7 +379,9 @@ impl Cache {
                     // A fill that ended between this request's lookup and taking the lock has
                     // stored its entry: serve that rather than ask the catalog again.
                     if stale.is_none() {
-                        if let Some(entry) = self.store.get(&ask.key, generation, Instant::now()) {
+                        if let Some(entry) =
+                            self.store.get(&ask.asking.key, generation, Instant::now())
+                        {
                             let outcome = Arc::new(FillOutcome::Entry(entry));
                             permit.complete(outcome.clone());
                             return Ok((outcome, false));
@@ -399,13 +410,13 @@ impl Cache {
     /// Joins the fill in flight for the key if it began after the table's last write or purge
     /// and under the caller's policy; else leads a new one.
     fn join(&self, ask: &Ask) -> Joined<CacheKey, FillMeta, FillOutcome> {
-        let generation = ask.caller.policy.generation;
+        let generation = ask.asking.caller.policy.generation;
         let remote = ask.coordination.tokens();
         let before_it_asks = ask.coordination == Coordination::AskCatalog;
         self.inflight.join_or_lead(
-            &ask.key,
+            &ask.asking.key,
             || FillMeta {
-                ticket: self.store.ticket(&ask.key, self.events.stamp()),
+                ticket: self.store.ticket(&ask.asking.key, self.events.stamp()),
                 policy_generation: generation,
                 remote: remote.cloned(),
                 asked: Arc::default(),
@@ -429,7 +440,7 @@ impl Cache {
         permit: coalesce::FillPermit<CacheKey, FillMeta, FillOutcome>,
     ) {
         let fill = ask.fill(Purpose::Fill {
-            key: ask.key.clone(),
+            key: ask.asking.key.clone(),
             ticket: permit.meta().ticket.clone(),
             stale,
         });

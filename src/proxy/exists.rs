@@ -11,7 +11,7 @@ use hyper::body::Incoming;
 use super::exchange::{answer_shape, outgoing, Answer, Exchange};
 use super::load::{self, caller_and_key};
 use super::relay::{forward, send_on};
-use crate::cache::{self, Ask, CachePhase, HeadForm};
+use crate::cache::{self, Ask, Asking, CachePhase, HeadForm};
 use crate::catalog::route::Operation;
 use crate::error::ProxyError;
 use crate::origin::CONDITIONALS;
@@ -37,7 +37,12 @@ pub async fn serve(
     let (caller, key) = caller_and_key(&exchange, names, &sent, HeadForm::Fields);
     let (reason, sent) = match key {
         Ok(key) => {
-            let mut ask = Ask::new(key, sent, caller, exchange.settings.clone());
+            let asking = Box::new(Asking {
+                caller,
+                key,
+                sight: None,
+            });
+            let mut ask = Ask::new(asking, sent, exchange.settings.clone());
             if cache.vouches_for(&mut ask).await {
                 let mut response = Response::new(empty());
                 *response.status_mut() = StatusCode::NO_CONTENT;

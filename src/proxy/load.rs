@@ -11,8 +11,8 @@ use super::relay;
 use std::sync::Arc;
 
 use crate::cache::{
-    self, Ask, Cache, CacheKey, CachePhase, Caller, Failure, HeadForm, Later, Lookup,
-    NoCacheReason, Sight,
+    self, Ask, Asking, Cache, CacheKey, CachePhase, Caller, Failure, HeadForm, Later, Lookup,
+    NoCacheReason,
 };
 use crate::catalog::route::Route;
 use crate::error::ProxyError;
@@ -55,14 +55,6 @@ pub enum Rest {
     },
 }
 
-/// What a connection's memo knows of a load's head: the caller and key it derives, and what
-/// the last lookup of that key found.
-pub struct Known {
-    pub caller: Caller,
-    pub key: CacheKey,
-    pub sight: Option<Sight>,
-}
-
 fn waits(rest: Rest) -> Served {
     Served::Later(Box::new(rest))
 }
@@ -87,8 +79,8 @@ pub fn serve_now(
     exchange: &mut Exchange<'_>,
     parts: http::request::Parts,
     form: HeadForm,
-    known: Option<Known>,
-    learn: impl FnOnce(Known),
+    known: Option<Box<Asking>>,
+    learn: impl FnOnce(Box<Asking>),
 ) -> Served {
     let shape = answer_shape(exchange.route.operation);
     let sent = match outgoing(exchange, parts, shape) {
@@ -99,28 +91,29 @@ pub fn serve_now(
     let Some(cache) = exchange.state.cache.as_ref() else {
         return waits(Rest::Stream { sent, reason: None });
     };
-    let (caller, key, sight) = match known {
-        Some(known) => (known.caller, Ok(known.key), known.sight),
+    let asking = match known {
+        Some(asking) => Ok(asking),
         None => {
             let route = exchange.route.take_names();
-            let (caller, key) = caller_and_key(exchange, route, &sent, form);
-            (caller, key, None)
+            match caller_and_key(exchange, route, &sent, form) {
+                (caller, Ok(key)) => Ok(Box::new(Asking {
+                    caller,
+                    key,
+                    sight: None,
+                })),
+                (caller, Err(reason)) => Err((caller, reason)),
+            }
         }
     };
-    match key {
-        Ok(key) => {
-            let mut ask = Ask::new(key, sent, caller, exchange.settings.clone());
-            ask.sight = sight;
+    match asking {
+        Ok(asking) => {
+            let mut ask = Ask::new(asking, sent, exchange.settings.clone());
             match cache.load_now(&mut ask) {
                 Ok(lookup) => {
                     let Ask {
-                        key,
-                        request,
-                        caller,
-                        sight,
-                        ..
+                        asking, request, ..
                     } = ask;
-                    learn(Known { caller, key, sight });
+                    learn(asking);
                     match served(lookup) {
                         Ok(answer) => Served::Now(Ok(answer)),
                         Err(reason) => waits(Rest::Stream {
@@ -130,11 +123,11 @@ pub fn serve_now(
                     }
                 }
                 Err(later) => {
-                    learn(Known {
-                        caller: ask.caller.clone(),
-                        key: ask.key.clone(),
-                        sight: ask.sight.take(),
-                    });
+                    learn(Box::new(Asking {
+                        caller: ask.asking.caller.clone(),
+                        key: ask.asking.key.clone(),
+                        sight: ask.asking.sight.take(),
+                    }));
                     waits(Rest::Cache {
                         cache: cache.clone(),
                         ask,
@@ -143,13 +136,13 @@ pub fn serve_now(
                 }
             }
         }
-        Err(reason) if exchange.policy.credentials == Credentials::Passthrough => {
+        Err((_, reason)) if exchange.policy.credentials == Credentials::Passthrough => {
             waits(Rest::Stream {
                 sent,
                 reason: Some(reason),
             })
         }
-        Err(reason) => waits(Rest::Bypass {
+        Err((caller, reason)) => waits(Rest::Bypass {
             cache: cache.clone(),
             sent,
             caller,

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use http::header::{HeaderName, HeaderValue};
 use http::{Method, Request, Version};
 
-use super::load::Known;
+use crate::cache::Asking;
 use crate::catalog::route::Operation;
 use crate::config::Settings;
 
@@ -28,18 +28,18 @@ const UNUSED_BEFORE_PAUSING: u32 = 4;
 /// habits may change.
 const PAUSE: u32 = 64;
 
-/// What a load's head derived: its operation, and what the load knows from it (the caller,
-/// whose policy is the one in force, the key, and what the key's last lookup found).
+/// What a load's head derived: its operation, and who asks for which key (the caller, whose
+/// policy is the one in force, the key, and what the key's last lookup found).
 pub struct Derived {
     pub operation: Operation,
-    pub known: Known,
+    pub asking: Box<Asking>,
 }
 
 impl Derived {
     /// The same, holding no bytes of the request it came from (the caller's `If-None-Match`
     /// values are copied), as a memo keeps it; None if a value cannot be copied.
     pub fn detached(mut self) -> Option<Derived> {
-        let caller = &mut self.known.caller;
+        let caller = &mut self.asking.caller;
         caller.if_none_match = caller
             .if_none_match
             .iter()

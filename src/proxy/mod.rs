@@ -28,7 +28,7 @@ use http::{Method, Request, Response};
 use http_body::Body as _;
 use hyper::body::Incoming;
 
-use crate::cache::{CachePhase, HeadForm, NoCacheReason};
+use crate::cache::{Asking, CachePhase, HeadForm, NoCacheReason};
 use crate::catalog::lenient::may_be_config;
 use crate::catalog::route::{classify, named, operation_of, Operation, Route};
 use crate::catalog::writes;
@@ -107,7 +107,7 @@ pub fn handle(
     let separator = state.separator.get();
     if let Some(derived) = memo.recall(&request, &settings, &separator) {
         let operation = derived.operation;
-        let policy = derived.known.caller.policy.clone();
+        let policy = derived.asking.caller.policy.clone();
         let ending = Ending::new(request.method().clone(), operation, peer, &policy);
         let admitted = Admitted {
             settings,
@@ -116,14 +116,14 @@ pub fn handle(
             peer,
         };
         // Given back once the load is answered or waits, for the next equal head.
-        let give_back = |known| memo.restore(Derived { operation, known });
+        let give_back = |asking| memo.restore(Derived { operation, asking });
         return load(
             state,
             ending,
             admitted,
             request_id,
             request,
-            Some(derived.known),
+            Some(derived.asking),
             give_back,
         );
     }
@@ -164,11 +164,11 @@ pub fn handle(
     };
     // Loads first: a hit is answered here, without a future.
     if is_load {
-        let learn = |known| {
+        let learn = |asking| {
             let Some(head) = head else {
                 return;
             };
-            if let Some(derived) = (Derived { operation, known }).detached() {
+            if let Some(derived) = (Derived { operation, asking }).detached() {
                 memo.keep(head, derived);
             }
         };
@@ -189,8 +189,8 @@ fn load(
     admitted: Admitted,
     request_id: RequestId,
     request: Request<Incoming>,
-    known: Option<load::Known>,
-    learn: impl FnOnce(load::Known),
+    known: Option<Box<Asking>>,
+    learn: impl FnOnce(Box<Asking>),
 ) -> Handled {
     let mut exchange = admitted.exchange(&state, &request_id);
     let (parts, _body) = request.into_parts();
