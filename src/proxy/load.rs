@@ -110,14 +110,12 @@ pub fn serve_now(
             let mut ask = Ask::new(asking, sent, exchange.settings.clone());
             match cache.load_now(&mut ask) {
                 Ok(lookup) => {
-                    let Ask {
-                        asking, request, ..
-                    } = ask;
-                    learn(asking);
+                    // Only a stream moves the request on: a hit leaves it where it is.
+                    learn(ask.asking);
                     match served(lookup) {
                         Ok(answer) => Served::Now(Ok(answer)),
                         Err(reason) => waits(Rest::Stream {
-                            sent: request,
+                            sent: ask.request,
                             reason: Some(reason),
                         }),
                     }

@@ -3,6 +3,7 @@
 //! number is taken per request; the id is spelled when something reads it (the catalog request,
 //! a log line, an error), which a hit whose line is not logged never does.
 
+use std::cell::Cell;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
@@ -13,6 +14,29 @@ use crate::origin::X_REQUEST_ID;
 
 /// The longest client id taken as it is.
 const MAX_GIVEN: usize = 128;
+
+/// Ids a thread takes from the process's count at a time: each worker numbers its requests
+/// from a block of its own, instead of every request counting on one shared number (an atomic
+/// that the workers' cores would pass back and forth).
+const BLOCK: u64 = 1 << 16;
+
+/// The next of this process's own numbers, unique across its threads.
+fn next_own() -> u64 {
+    static NEXT_BLOCK: AtomicU64 = AtomicU64::new(0);
+    thread_local! {
+        /// The next number of this thread's block, and the end of the block.
+        static BLOCK_LEFT: Cell<(u64, u64)> = const { Cell::new((0, 0)) };
+    }
+    BLOCK_LEFT.with(|left| {
+        let (mut next, mut end) = left.get();
+        if next == end {
+            next = NEXT_BLOCK.fetch_add(BLOCK, Ordering::Relaxed).max(1);
+            end = next.saturating_add(BLOCK) & !(BLOCK - 1);
+        }
+        left.set((next + 1, end));
+        next
+    })
+}
 
 #[derive(Clone, Debug)]
 pub struct RequestId(Id);
@@ -28,13 +52,12 @@ enum Id {
 impl RequestId {
     /// The id of a request with these headers: the client's when it is sensible, else a new one.
     pub fn of(headers: &HeaderMap) -> RequestId {
-        static NEXT: AtomicU64 = AtomicU64::new(1);
         match headers
             .get(&X_REQUEST_ID)
             .filter(|v| sensible(v.as_bytes()))
         {
             Some(given) => RequestId(Id::Given(given.clone())),
-            None => RequestId(Id::Own(NEXT.fetch_add(1, Ordering::Relaxed))),
+            None => RequestId(Id::Own(next_own())),
         }
     }
 
@@ -163,5 +186,24 @@ mod tests {
         assert_own_shape(&a.to_string());
         assert_eq!(a.header_value(), a.to_string().as_str());
         assert_eq!(a.clone().to_string(), a.to_string());
+    }
+
+    #[test]
+    fn own_numbers_are_unique_across_threads_and_never_zero() {
+        let taken: Vec<Vec<u64>> = std::thread::scope(|scope| {
+            let threads: Vec<_> = (0..4)
+                .map(|_| scope.spawn(|| (0..2 * BLOCK + 3).map(|_| next_own()).collect()))
+                .collect();
+            threads.into_iter().map(|t| t.join().unwrap()).collect()
+        });
+        let mut all: Vec<u64> = taken.concat();
+        let count = all.len();
+        all.sort_unstable();
+        all.dedup();
+        assert_eq!(all.len(), count, "a number was given twice");
+        assert!(all[0] > 0);
+        for numbers in &taken {
+            assert!(numbers.windows(2).all(|w| w[0] < w[1]), "a thread's numbers go up");
+        }
     }
 }
