@@ -295,11 +295,12 @@ async fn serve_proxy(
             // Credentials are marked sensitive before anything could log them.
             crate::wire::sensitive::mark(request.headers_mut(), &sensitive);
             // Every request is logged once, answered or not, under the id the catalog is sent.
-            let entry = access_log::Entry::begin(&request, state.metrics.requests.clone());
+            let entry = access_log::Entry::begin(&request);
             let id = entry.id().clone();
             // A hit comes back answered; anything that waits comes back as one boxed future,
             // moved as a pointer through hyper-util's and the connection's layers.
-            entry.around(proxy::handle(state.clone(), request, peer, id, &memo))
+            let answer = proxy::handle(&state, request, peer, id, &memo);
+            entry.around(answer, &state.metrics.requests)
         })
     })
     .await;

@@ -42,17 +42,15 @@ pub struct Entry {
     /// route of a request that is never answered.
     uri: Uri,
     id: RequestId,
-    metrics: Arc<RequestMetrics>,
 }
 
 impl Entry {
-    pub fn begin<B>(request: &Request<B>, metrics: Arc<RequestMetrics>) -> Entry {
+    pub fn begin<B>(request: &Request<B>) -> Entry {
         Entry {
             started: Instant::now(),
             method: request.method().clone(),
             uri: request.uri().clone(),
             id: RequestId::of(request.headers()),
-            metrics,
         }
     }
 
@@ -64,21 +62,23 @@ impl Entry {
     /// Counts and logs the request around the handler's answer: at once when it is ready (a
     /// hit), so that nothing holds the bytes hyper read the request into while the connection
     /// reads on (hyper then reuses its buffer instead of reserving a new one); else when its
-    /// future ends, or is dropped unanswered.
-    pub fn around(self, answer: Handled) -> Logged {
+    /// future ends, or is dropped unanswered. Only an answer that waits holds a share of
+    /// `metrics`: a hit takes none (a count the workers' cores would pass back and forth).
+    pub fn around(self, answer: Handled, metrics: &Arc<RequestMetrics>) -> Logged {
         let entry = match answer.answered() {
             Some((response, outcome)) => {
-                self.answered(response, outcome);
+                self.answered(response, outcome, metrics);
                 None
             }
-            None => Some(self),
+            None => Some((self, metrics.clone())),
         };
         Logged { answer, entry }
     }
 
-    fn answered(self, response: &Response<Body>, outcome: &Outcome) {
+    fn answered(self, response: &Response<Body>, outcome: &Outcome, metrics: &RequestMetrics) {
         let reason = outcome.reason.map_or("", |r| r.as_str());
         self.record(
+            metrics,
             outcome.operation,
             response.status(),
             Phase(outcome.phase),
@@ -86,16 +86,22 @@ impl Entry {
         );
     }
 
-    fn abandoned(self) {
+    fn abandoned(self, metrics: &RequestMetrics) {
         let route = operation_of(&self.method, self.uri.path());
         let status = StatusCode::from_u16(ABANDONED).unwrap_or(StatusCode::BAD_REQUEST);
-        self.record(route, status, Phase(None), "abandoned");
+        self.record(metrics, route, status, Phase(None), "abandoned");
     }
 
-    fn record(&self, route: Operation, status: StatusCode, phase: Phase, reason: &str) {
+    fn record(
+        &self,
+        metrics: &RequestMetrics,
+        route: Operation,
+        status: StatusCode,
+        phase: Phase,
+        reason: &str,
+    ) {
         let elapsed = self.started.elapsed();
-        self.metrics
-            .answered(route, status, phase, elapsed.as_secs_f64());
+        metrics.answered(route, status, phase, elapsed.as_secs_f64());
         let (route, phase) = (route.as_str(), phase.as_str());
         tracing::info!(
             method = %self.method,
@@ -119,13 +125,13 @@ pin_project_lite::pin_project! {
     pub struct Logged {
         #[pin]
         answer: Handled,
-        entry: Option<Entry>,
+        entry: Option<(Entry, Arc<RequestMetrics>)>,
     }
 
     impl PinnedDrop for Logged {
         fn drop(this: Pin<&mut Self>) {
-            if let Some(entry) = this.project().entry.take() {
-                entry.abandoned();
+            if let Some((entry, metrics)) = this.project().entry.take() {
+                entry.abandoned(&metrics);
             }
         }
     }
@@ -137,8 +143,8 @@ impl Future for Logged {
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
         let (response, outcome) = std::task::ready!(this.answer.poll(cx));
-        if let Some(entry) = this.entry.take() {
-            entry.answered(&response, &outcome);
+        if let Some((entry, metrics)) = this.entry.take() {
+            entry.answered(&response, &outcome, &metrics);
         }
         Poll::Ready(Ok(response))
     }
@@ -169,16 +175,16 @@ mod tests {
     #[test]
     fn an_answer_ready_at_once_is_counted_before_anything_polls_it() {
         let metrics = Metrics::new();
-        let entry = Entry::begin(&load(), metrics.requests.clone());
-        let _logged = entry.around(Handled::Ready(Some(hit())));
+        let entry = Entry::begin(&load());
+        let _logged = entry.around(Handled::Ready(Some(hit())), &metrics.requests);
         assert_eq!(count(&metrics, "200", "HIT"), "1");
     }
 
     #[test]
     fn an_answer_ready_at_once_is_not_counted_again_when_its_connection_drops_it() {
         let metrics = Metrics::new();
-        let entry = Entry::begin(&load(), metrics.requests.clone());
-        drop(entry.around(Handled::Ready(Some(hit()))));
+        let entry = Entry::begin(&load());
+        drop(entry.around(Handled::Ready(Some(hit())), &metrics.requests));
         assert_eq!(count(&metrics, "200", "HIT"), "1");
         assert_eq!(count(&metrics, "499", "NONE"), "absent");
     }
@@ -186,8 +192,11 @@ mod tests {
     #[test]
     fn an_answer_that_waits_is_counted_abandoned_when_dropped_first() {
         let metrics = Metrics::new();
-        let entry = Entry::begin(&load(), metrics.requests.clone());
-        let waiting = entry.around(Handled::Pending(Box::pin(std::future::pending())));
+        let entry = Entry::begin(&load());
+        let waiting = entry.around(
+            Handled::Pending(Box::pin(std::future::pending())),
+            &metrics.requests,
+        );
         assert_eq!(count(&metrics, "499", "NONE"), "absent");
         drop(waiting);
         assert_eq!(count(&metrics, "499", "NONE"), "1");

@@ -97,7 +97,7 @@ impl Future for Handled {
 /// the connection's: a load whose head equals the last one it derived is served from what
 /// that derived.
 pub fn handle(
-    state: Arc<State>,
+    state: &Arc<State>,
     request: Request<Incoming>,
     peer: SocketAddr,
     request_id: RequestId,
@@ -142,7 +142,7 @@ pub fn handle(
                 peer,
                 strip: None,
             };
-            return Handled::ready(ending.conclude(&state, &request_id, Err(e)));
+            return Handled::ready(ending.conclude(state, &request_id, Err(e)));
         }
     };
     let policy = settings
@@ -174,6 +174,7 @@ pub fn handle(
         };
         return load(state, ending, admitted, request_id, request, None, learn);
     }
+    let state = state.clone();
     Handled::pending(async move {
         let exchange = admitted.exchange(&state, &request_id);
         let result = dispatch(exchange, request).await;
@@ -184,7 +185,7 @@ pub fn handle(
 /// A load: answered at once when it can be, else the future that finishes it. `known`: what
 /// the connection's memo holds for this head; `learn` is told what was derived and found.
 fn load(
-    state: Arc<State>,
+    state: &Arc<State>,
     ending: Ending,
     admitted: Admitted,
     request_id: RequestId,
@@ -192,14 +193,15 @@ fn load(
     known: Option<Box<Asking>>,
     learn: impl FnOnce(Box<Asking>),
 ) -> Handled {
-    let mut exchange = admitted.exchange(&state, &request_id);
+    let mut exchange = admitted.exchange(state, &request_id);
     let (parts, _body) = request.into_parts();
     // Its answer goes out as it is built: packed for an HTTP/1.x client.
     let form = HeadForm::for_version(parts.version);
     match load::serve_now(&mut exchange, parts, form, known, learn) {
-        load::Served::Now(result) => Handled::ready(ending.conclude(&state, &request_id, result)),
+        load::Served::Now(result) => Handled::ready(ending.conclude(state, &request_id, result)),
         load::Served::Later(rest) => {
             let admitted = exchange.admitted();
+            let state = state.clone();
             Handled::pending(async move {
                 let exchange = admitted.exchange(&state, &request_id);
                 let result = load::serve_later(&exchange, *rest).await;

@@ -203,7 +203,10 @@ mod tests {
         assert_eq!(all.len(), count, "a number was given twice");
         assert!(all[0] > 0);
         for numbers in &taken {
-            assert!(numbers.windows(2).all(|w| w[0] < w[1]), "a thread's numbers go up");
+            assert!(
+                numbers.windows(2).all(|w| w[0] < w[1]),
+                "a thread's numbers go up"
+            );
         }
     }
 }
