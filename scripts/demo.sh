@@ -15,6 +15,8 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
+# shellcheck source=scripts/seaweedfs.sh
+. scripts/seaweedfs.sh
 
 keep=0
 [ "${1:-}" = --keep ] && keep=1
@@ -36,18 +38,19 @@ for port in "${ports[@]}"; do
 done
 
 work=$(mktemp -d)
+weed_dir=$(weed_scratch)
 pids=()
 stop() {
-  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-  for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
-  rm -rf "$work"
+  for pid in "${pids[@]}"; do stop_process "$pid"; done
+  rm -rf "$work" "$weed_dir"
 }
 trap stop EXIT
 trap 'exit 130' INT TERM
 
 AWS_ACCESS_KEY_ID=admin AWS_SECRET_ACCESS_KEY=adminsecret \
-  "$venv/bin/weed" mini -dir="$work/data" -ip=127.0.0.1 -ip.bind=127.0.0.1 \
+  "$venv/bin/weed" mini -dir="$weed_dir/data" -ip=127.0.0.1 -ip.bind=127.0.0.1 \
   -tableBucket=warehouse -admin.ui=false -webdav=false -s3.port.lance=0 -master.telemetry=false \
+  -master.volumeSizeLimitMB="$WEED_VOLUME_MB" \
   -s3.port.iceberg=21181 -s3.port=21833 -s3.port.grpc=22833 \
   -master.port=21333 -master.port.grpc=22333 -volume.port=21080 -volume.port.grpc=22080 \
   -filer.port=21888 -filer.port.grpc=22888 -admin.port=22181 \

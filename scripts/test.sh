@@ -10,6 +10,8 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
+# shellcheck source=scripts/seaweedfs.sh
+. scripts/seaweedfs.sh
 
 bash scripts/test-env.sh
 bash scripts/java-env.sh
@@ -53,20 +55,23 @@ if (exec 3<>"/dev/tcp/127.0.0.1/$catalog_port") 2>/dev/null; then
   exit 1
 fi
 work=$(mktemp -d)
+# What the tests and the servers they start leave in the temporary directory goes with the run.
+mkdir "$work/tmp"
+export TMPDIR="$work/tmp"
+# SeaweedFS's volumes, this run's and those of the tests that start a weed of their own.
+weed_dir=$(weed_scratch)
+export ICECACHE_TEST_WEED_DIR="$weed_dir"
 catalog_pid=""
 cleanup() {
-  if [ -n "$catalog_pid" ]; then
-    kill "$catalog_pid" 2>/dev/null || true
-    wait "$catalog_pid" 2>/dev/null || true
-  fi
-  rm -rf "$work"
+  if [ -n "$catalog_pid" ]; then stop_process "$catalog_pid"; fi
+  rm -rf "$work" "$weed_dir"
 }
 trap cleanup EXIT
 
 AWS_ACCESS_KEY_ID=admin AWS_SECRET_ACCESS_KEY=adminsecret \
-  "$root/.test-env/venv/bin/weed" mini -dir="$work/data" -ip=127.0.0.1 -ip.bind=127.0.0.1 \
+  "$root/.test-env/venv/bin/weed" mini -dir="$weed_dir/data" -ip=127.0.0.1 -ip.bind=127.0.0.1 \
   -tableBucket=warehouse -admin.ui=false -webdav=false -s3.port.lance=0 \
-  -master.telemetry=false >"$work/catalog.log" 2>&1 &
+  -master.volumeSizeLimitMB="$WEED_VOLUME_MB" -master.telemetry=false >"$work/catalog.log" 2>&1 &
 catalog_pid=$!
 ready() {
   local token
@@ -86,6 +91,7 @@ for _ in $(seq 1 120); do
 done
 ready || {
   echo "test.sh: SeaweedFS did not start; its log:" >&2; cat "$work/catalog.log" >&2; exit 1; }
+weed_room http://127.0.0.1:9333 "$weed_dir" || exit 1
 
 export ICECACHE_TEST_CATALOG="http://127.0.0.1:$catalog_port"
 export ICECACHE_TEST_S3="http://127.0.0.1:8333"

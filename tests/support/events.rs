@@ -32,7 +32,12 @@ impl Weed {
     }
 
     async fn try_start(webhook: Option<(&str, &str)>) -> Result<Weed, String> {
-        let dir = std::env::temp_dir().join(unique("weed"));
+        // Beside the suite's own SeaweedFS (scripts/seaweedfs.sh: on tmpfs when there is room,
+        // so a full disk does not take the volume slots away).
+        let root = std::env::var_os("ICECACHE_TEST_WEED_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(std::env::temp_dir);
+        let dir = root.join(unique("weed"));
         std::fs::create_dir_all(dir.join("data")).expect("weed directory");
         if let Some((url, token)) = webhook {
             std::fs::write(
@@ -62,6 +67,8 @@ impl Weed {
                 "-webdav=false",
                 "-s3.port.lance=0",
                 "-master.telemetry=false",
+                // The smallest volume weed allows: more slots from the same free space.
+                "-master.volumeSizeLimitMB=64",
                 &format!("-s3.port.iceberg={iceberg}"),
             ])
             .args(
