@@ -10,6 +10,10 @@
 #        VARY=1 bash benches/instructions.sh [304|hit] [N]
 #   each request carries a field of its own (`X-Trace: <n>`): no two heads on the connection
 #   are the same, so none is answered from what an earlier one derived.
+#        BUS=1 bash benches/instructions.sh [304|hit] [N]
+#   also counts locked (atomic read-modify-write) instructions per request (callgrind's global
+#   bus events): with two workers, each one on a counter both write moves a cache line between
+#   the cores.
 # needs: valgrind (apt-get install valgrind), python3, cargo
 set -euo pipefail
 MODE=${1:-304}; N=${2:-2000}
@@ -26,6 +30,7 @@ for line in sys.stdin:
 }
 FIXTURE=$(bench_binary fixture_server)
 WORK=$(mktemp -d)
+BUS_ARG=(); [ -n "${BUS:-}" ] && BUS_ARG=(--collect-bus=yes)
 trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$WORK"' EXIT
 python3 benches/make_metadata.py 51200 "$WORK/body.json"
 port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
@@ -33,14 +38,14 @@ UP=$(port); LISTEN=$(port); ADMIN=$(port)
 "$FIXTURE" "127.0.0.1:$UP" "$WORK/body.json" '"fixture-v1"' 0 >/dev/null 2>&1 &
 case "${FLOOR:-}" in
   "")
-    valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$WORK/cg.out" "$BIN" \
+    valgrind --tool=callgrind "${BUS_ARG[@]}" --instr-atstart=no --callgrind-out-file="$WORK/cg.out" "$BIN" \
       --upstream "http://127.0.0.1:$UP" --listen "127.0.0.1:$LISTEN" \
       --admin-listen "127.0.0.1:$ADMIN" --log-level warn --fresh-for 1h --workers 1 \
       >/dev/null 2>&1 &
     READY="http://127.0.0.1:$ADMIN/healthz" ;;
   fixed|hyper)
     MODE_ARG=(); [ "$FLOOR" = hyper ] && MODE_ARG=(hyper)
-    valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$WORK/cg.out" \
+    valgrind --tool=callgrind "${BUS_ARG[@]}" --instr-atstart=no --callgrind-out-file="$WORK/cg.out" \
       "$(bench_binary floor_server)" "127.0.0.1:$LISTEN" "$WORK/body.json" '"fixture-v1"' \
       "${MODE_ARG[@]}" >/dev/null 2>&1 &
     READY="http://127.0.0.1:$LISTEN/" ;;
@@ -73,10 +78,18 @@ sleep 0.5
 kill "$VPID"; wait "$VPID" 2>/dev/null || true
 # CALLGRIND_KEEP=DIR keeps the profiles (callgrind_annotate --inclusive=yes DIR/cg.out*).
 if [ -n "${CALLGRIND_KEEP:-}" ]; then mkdir -p "$CALLGRIND_KEEP" && cp "$WORK"/cg.out* "$CALLGRIND_KEEP"/; fi
-TOTAL=0
+TOTAL=0; LOCKED=0
 for f in "$WORK"/cg.out*; do
   T=$(callgrind_annotate "$f" 2>/dev/null | awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1}')
   [[ "$T" =~ ^[0-9]+$ ]] || T=0
   TOTAL=$((TOTAL + T))
+  if [ -n "${BUS:-}" ]; then
+    G=$(callgrind_annotate --show=Ge "$f" 2>/dev/null | awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1}')
+    [[ "$G" =~ ^[0-9]+$ ]] || G=0
+    LOCKED=$((LOCKED + G))
+  fi
 done
 echo "$MODE${FLOOR:+ (floor: $FLOOR)}${VARY:+ (a field of its own per request)}: $((TOTAL / N)) instructions/request (user space, N=$N)"
+if [ -n "${BUS:-}" ]; then
+  echo "  locked instructions: $(python3 -c "print(f'{$LOCKED / $N:.1f}')")/request"
+fi
