@@ -6,8 +6,8 @@
 # 1% free. A build that fills the disk must not decide whether the catalog can write, so its
 # volumes go to tmpfs when there is room there.
 
-# The smallest volume weed mini allows: more slots from the same free space (the tests write
-# kilobytes per table).
+# The smallest volume weed mini picks on its own: more slots from the same free space (the
+# tests write kilobytes per table).
 WEED_VOLUME_MB=64
 # Free volume slots below which the catalog is not started at all.
 WEED_MIN_FREE_SLOTS=16

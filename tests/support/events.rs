@@ -67,7 +67,8 @@ impl Weed {
                 "-webdav=false",
                 "-s3.port.lance=0",
                 "-master.telemetry=false",
-                // The smallest volume weed allows: more slots from the same free space.
+                // The smallest volume weed mini picks on its own: more slots from the same
+                // free space.
                 "-master.volumeSizeLimitMB=64",
                 &format!("-s3.port.iceberg={iceberg}"),
             ])
