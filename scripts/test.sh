@@ -102,14 +102,26 @@ curl -sf -o /dev/null --aws-sigv4 "aws:amz:us-east-1:s3" --user admin:adminsecre
   echo "test.sh: could not create the S3 bucket $ICECACHE_TEST_S3_BUCKET" >&2; exit 1; }
 export ICECACHE_TEST_REQUIRE_ALL=1
 export ICECACHE_TEST_SKIPS="$work/skips"
-cargo test --locked "$@" 2>&1 | tee "$work/test.log"
+# A test that hangs fails the run, with what the run printed (the tests still running are named
+# there), instead of holding it until CI gives up. `timeout` stops the whole process group.
+suite_seconds=${ICECACHE_TEST_TIMEOUT:-3000}
+bounded() {
+  local seconds=$1 status=0
+  shift
+  timeout --kill-after=30 "$seconds" "$@" </dev/null 2>&1 | tee -a "$work/test.log" || status=$?
+  if [ "$status" = 124 ]; then
+    echo "test.sh: \`$*\` ran past $seconds s and was stopped" >&2
+  fi
+  return "$status"
+}
+bounded "$suite_seconds" cargo test --locked "$@"
 
 # The Apache Iceberg Rust client, a crate of its own (about 300 dependencies, built once into a
 # cached target directory). Run with the whole suite, not when arguments pick some tests.
 if [ "$#" -eq 0 ]; then
   ICECACHE_BIN="$root/target/debug/icecache" \
     CARGO_TARGET_DIR="${ICECACHE_RUST_CLIENT_TARGET:-$HOME/.cache/icecache/rust-client-target}" \
-    cargo test --locked --manifest-path tests/rust-client/Cargo.toml 2>&1 | tee -a "$work/test.log"
+    bounded 1800 cargo test --locked --manifest-path tests/rust-client/Cargo.toml
 fi
 
 # The newcomer's demo (scripts/demo.sh), once, non-interactive, with the binary just built: it
