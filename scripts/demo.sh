@@ -47,11 +47,7 @@ stop() {
 trap stop EXIT
 trap 'exit 130' INT TERM
 
-AWS_ACCESS_KEY_ID=admin AWS_SECRET_ACCESS_KEY=adminsecret \
-  "$venv/bin/weed" mini -dir="$weed_dir/data" -ip=127.0.0.1 -ip.bind=127.0.0.1 \
-  -tableBucket=warehouse -admin.ui=false -webdav=false -s3.port.lance=0 -master.telemetry=false \
-  -master.volumeSizeLimitMB="$WEED_VOLUME_MB" \
-  -s3.port.iceberg=21181 -s3.port=21833 -s3.port.grpc=22833 \
+weed_mini "$venv/bin/weed" "$weed_dir" -s3.port.iceberg=21181 -s3.port=21833 -s3.port.grpc=22833 \
   -master.port=21333 -master.port.grpc=22333 -volume.port=21080 -volume.port.grpc=22080 \
   -filer.port=21888 -filer.port.grpc=22888 -admin.port=22181 \
   >"$work/catalog.log" 2>&1 &

@@ -30,12 +30,26 @@ weed_scratch() {
   mktemp -d
 }
 
+# weed_mini WEED DIR [FLAG...]: becomes `weed mini` on loopback with its data under DIR, the
+# suite's S3 keys (admin / adminsecret) and table bucket (warehouse), in WEED_VOLUME_MB volumes;
+# FLAGs add to or override these (ports). Run it in the background: its pid is weed's.
+weed_mini() {
+  local weed=$1 dir=$2
+  shift 2
+  AWS_ACCESS_KEY_ID=admin AWS_SECRET_ACCESS_KEY=adminsecret exec "$weed" mini -dir="$dir/data" \
+    -ip=127.0.0.1 -ip.bind=127.0.0.1 -tableBucket=warehouse -admin.ui=false -webdav=false \
+    -s3.port.lance=0 -master.telemetry=false -master.volumeSizeLimitMB="$WEED_VOLUME_MB" "$@"
+}
+
 # weed_room MASTER_URL DIR: fails, saying why, when the master has fewer than
 # WEED_MIN_FREE_SLOTS free volume slots for data under DIR.
 weed_room() {
   local master=$1 dir=$2 free
   free=$(curl -sf "$master/dir/status" |
-    python3 -c 'import json, sys; print(json.load(sys.stdin)["Topology"]["Free"])') || free=0
+    python3 -c 'import json, sys; print(json.load(sys.stdin)["Topology"]["Free"])' 2>/dev/null) || {
+    echo "SeaweedFS's master at $master did not say how many volume slots it has" >&2
+    return 1
+  }
   if [ "$free" -lt "$WEED_MIN_FREE_SLOTS" ]; then
     echo "SeaweedFS has $free free volume slots for $dir (it needs $WEED_MIN_FREE_SLOTS;" \
       "$(df -Ph "$dir" | awk 'NR == 2 { print $4 }') available there): free some space," \

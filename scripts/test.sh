@@ -68,10 +68,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-AWS_ACCESS_KEY_ID=admin AWS_SECRET_ACCESS_KEY=adminsecret \
-  "$root/.test-env/venv/bin/weed" mini -dir="$weed_dir/data" -ip=127.0.0.1 -ip.bind=127.0.0.1 \
-  -tableBucket=warehouse -admin.ui=false -webdav=false -s3.port.lance=0 \
-  -master.volumeSizeLimitMB="$WEED_VOLUME_MB" -master.telemetry=false >"$work/catalog.log" 2>&1 &
+weed_mini "$root/.test-env/venv/bin/weed" "$weed_dir" >"$work/catalog.log" 2>&1 &
 catalog_pid=$!
 ready() {
   local token
