@@ -1,5 +1,5 @@
-# SeaweedFS (`weed mini`) for the suite and the demo: where its volumes live, whether it has
-# room to write, and how it stops. Sourced by scripts/test.sh and scripts/demo.sh.
+# SeaweedFS (`weed mini`) for the suite and the demo: where its volumes live, how it starts,
+# whether it has room to write, and how it stops. Sourced by scripts/test.sh and scripts/demo.sh.
 #
 # weed mini sizes its volume slots from the free space it sees when it starts and refuses every
 # write (S3 answers 500, "no volume server capacity") once the slots are gone or its disk is under
