@@ -3,10 +3,12 @@
 //! (HTTP/2 ones also pinged, so a vanished peer is noticed), and a graceful stop.
 
 use std::convert::Infallible;
+use std::future::Future;
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, RawFd};
 use std::pin::Pin;
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::Duration;
 
 use http::{Request, Response};
@@ -23,6 +25,7 @@ use super::activity::{Activity, Counted, Watched};
 use super::corked::Corked;
 use super::kernel_queue::KernelQueue;
 use super::lingering::Lingering;
+use super::wake_gate::WakeGate;
 use crate::wire::body::Body;
 
 /// Connection limits of one listener.
@@ -279,25 +282,46 @@ where
     };
     let sleep = tokio::time::sleep_until(wake(closing, Instant::now()));
     tokio::pin!(sleep);
+    let stop = stopped(shutdown);
+    tokio::pin!(stop);
+    // The stop signal and the timer are polled only when they woke (see `wake_gate`).
+    let mut gate = WakeGate::new();
     loop {
-        tokio::select! {
+        let turn = std::future::poll_fn(|cx| {
             // The connection first: it is what a wake is almost always for.
-            biased;
-            result = connection.as_mut() => return result,
-            // An answer that waits: time to look at the client while it does (below). Polled
+            if let Poll::Ready(result) = connection.as_mut().poll(cx) {
+                return Poll::Ready(Turn::Ended(result));
+            }
+            // An answer that waits: time to look at the client while it does (below). Asked
             // right after the connection, which is where an HTTP/1.1 answer says it waits.
-            () = std::future::poll_fn(|_| match activity.an_answer_waited() {
-                true => std::task::Poll::Ready(()),
-                false => std::task::Poll::Pending,
-            }), if watched.http1 => {}
-            () = stopped(shutdown), if closing.is_none() => {
+            if watched.http1 && activity.an_answer_waited() {
+                return Poll::Ready(Turn::AnswerWaits);
+            }
+            if gate.passes(cx) {
+                let mut inner = gate.inner();
+                if closing.is_none() && stop.as_mut().poll(&mut inner).is_ready() {
+                    return Poll::Ready(Turn::Stop);
+                }
+                if sleep.as_mut().poll(&mut inner).is_ready() {
+                    return Poll::Ready(Turn::Slept);
+                }
+            }
+            Poll::Pending
+        })
+        .await;
+        match turn {
+            Turn::Ended(result) => return result,
+            Turn::AnswerWaits => {}
+            Turn::Stop => {
                 closing = Some(Instant::now());
                 close(connection.as_mut());
             }
-            () = sleep.as_mut() => {
+            Turn::Slept => {
                 if watched.http1 && activity.answering() && queue.client_left() {
                     // Dropping the connection drops what it answers: counted as abandoned.
-                    tracing::debug!("the client left while its request was answered; connection cut");
+                    tracing::debug!(
+                        "the client left while its request was answered; connection cut"
+                    );
                     return Ok(());
                 }
                 let now = Instant::now();
@@ -332,7 +356,22 @@ where
             }
         }
         sleep.as_mut().reset(wake(closing, Instant::now()));
+        // The timer moved, and a turn that ended early polled only part of what is gated:
+        // all of it is polled on the next turn.
+        gate.open();
     }
+}
+
+/// Why a connection's watch woke.
+enum Turn {
+    /// The connection ended.
+    Ended(Result<(), hyper::Error>),
+    /// An answer has to wait.
+    AnswerWaits,
+    /// The listener stops.
+    Stop,
+    /// The earliest deadline the watch knew of came.
+    Slept,
 }
 
 /// What a connection's watch may ask the kernel about it.
