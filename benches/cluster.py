@@ -27,7 +27,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from load import (PATH, ROOT, TOKEN, Processes, cargo_bench_binary, cpu_seconds, free_port,  # noqa: E402
-                  get, start_fixture, start_icecache)
+                  get, release_icecache, start_fixture, start_icecache)
 
 
 class Resp:
@@ -285,9 +285,8 @@ def main():
     for tool in ["wrk", "redis-server", "cargo"]:
         if not shutil.which(tool):
             sys.exit(f"{tool} is missing: apt-get install wrk redis-server")
-    subprocess.run(["cargo", "build", "--release", "--quiet"], cwd=ROOT, check=True)
-    icecache = os.path.join(ROOT, "target/release/icecache")
     fixture = cargo_bench_binary("fixture_server")
+    icecache = release_icecache()
     workdir = tempfile.mkdtemp(prefix="icecache-bench-")
     body = os.path.join(workdir, "50k.json")
     subprocess.run([sys.executable, os.path.join(ROOT, "benches/make_metadata.py"), "51200", body], check=True)

@@ -19,8 +19,6 @@ set -euo pipefail
 MODE=${1:-304}; N=${2:-2000}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
-cargo build --release --quiet
-BIN=${3:-$ROOT/target/release/icecache}
 bench_binary() {
   cargo bench --bench "$1" --no-run --message-format=json 2>/dev/null \
     | python3 -c 'import sys, json
@@ -29,6 +27,10 @@ for line in sys.stdin:
     if m.get("executable") and m["target"]["name"] == sys.argv[1]: print(m["executable"])' "$1"
 }
 FIXTURE=$(bench_binary fixture_server)
+# After the bench binaries: building those builds icecache again with the dev-dependencies'
+# features (tokio's test clock) at target/release/icecache, which this build replaces.
+cargo build --release --quiet
+BIN=${3:-$ROOT/target/release/icecache}
 WORK=$(mktemp -d)
 BUS_ARG=(); [ -n "${BUS:-}" ] && BUS_ARG=(--collect-bus=yes)
 trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$WORK"' EXIT
