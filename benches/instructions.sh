@@ -27,6 +27,7 @@ for line in sys.stdin:
     if m.get("executable") and m["target"]["name"] == sys.argv[1]: print(m["executable"])' "$1"
 }
 FIXTURE=$(bench_binary fixture_server)
+FLOOR_SERVER=$(bench_binary floor_server)
 # After the bench binaries: building those builds icecache again with the dev-dependencies'
 # features (tokio's test clock) at target/release/icecache, which this build replaces.
 cargo build --release --quiet
@@ -48,7 +49,7 @@ case "${FLOOR:-}" in
   fixed|hyper)
     MODE_ARG=(); [ "$FLOOR" = hyper ] && MODE_ARG=(hyper)
     valgrind --tool=callgrind "${BUS_ARG[@]}" --instr-atstart=no --callgrind-out-file="$WORK/cg.out" \
-      "$(bench_binary floor_server)" "127.0.0.1:$LISTEN" "$WORK/body.json" '"fixture-v1"' \
+      "$FLOOR_SERVER" "127.0.0.1:$LISTEN" "$WORK/body.json" '"fixture-v1"' \
       "${MODE_ARG[@]}" >/dev/null 2>&1 &
     READY="http://127.0.0.1:$LISTEN/" ;;
   *) echo "FLOOR must be fixed or hyper" >&2; exit 64 ;;
