@@ -19,7 +19,11 @@
 //! the head-read timeout, whatever the idle timeout; a keep-alive connection that sends
 //! nothing is only idle (hyper's own head timer also runs while a connection waits for its
 //! next request, which closed idle keep-alive connections after the head-read timeout and
-//! raced clients reusing them).
+//! raced clients reusing them). Bytes of a next head may also come before an answer is over:
+//! in the read that brought the request (pipelined), or while it is answered. They wait in
+//! hyper's buffer, where no read shows them again, so a read that ends inside a head (not on
+//! the blank line that ends one, nor with line breaks alone) behind a request without a body
+//! starts the next head's clock when that request's answer is handed over.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -65,6 +69,8 @@ pub struct Activity {
     /// Whether a request head has begun arriving (HTTP/1.1), and since when.
     head_started: AtomicBool,
     head_ms: AtomicU64,
+    /// Whether the last read (HTTP/1.1) ended inside a head (see the module's comment).
+    tail_open: AtomicBool,
     /// HTTP/2 answers with a piece handed over and the next not yet asked for, and when a piece
     /// was last handed over on this connection.
     parked: AtomicUsize,
@@ -86,6 +92,7 @@ impl Activity {
             waiting_ms: AtomicU64::new(0),
             head_started: AtomicBool::new(false),
             head_ms: AtomicU64::new(0),
+            tail_open: AtomicBool::new(false),
             parked: AtomicUsize::new(0),
             parked_ms: AtomicU64::new(0),
             moved_ms: AtomicU64::new(0),
@@ -166,7 +173,9 @@ impl Activity {
     }
 
     /// Bytes were read: with no request in flight, they begin the next request's head.
-    pub(super) fn read(&self) {
+    /// `ends_open`: whether they end inside a head (`ends_inside_a_head`).
+    pub(super) fn read(&self, ends_open: bool) {
+        self.tail_open.store(ends_open, Ordering::Relaxed);
         // One reading of the clock for both marks: a hit reads the clock few enough times.
         let now = self.now_ms();
         self.last_ms.store(now, Ordering::Relaxed);
@@ -207,22 +216,46 @@ impl Activity {
     }
 }
 
+/// Whether bytes read end inside a request head: not on the blank line that ends one, and not
+/// line breaks alone (an empty line before a request line is ignored).
+pub(super) fn ends_inside_a_head(bytes: &[u8]) -> bool {
+    // The usual read, a whole head, is told by its last four bytes.
+    let blank_line =
+        bytes.ends_with(b"\r\n\r\n") || bytes.ends_with(b"\n\n") || bytes.ends_with(b"\n\r\n");
+    !blank_line && !bytes.iter().all(|b| matches!(b, b'\r' | b'\n'))
+}
+
 /// Counts a request in flight from its arrival until its answer is handed over or dropped.
-struct InFlight(Arc<Activity>);
+struct InFlight {
+    activity: Arc<Activity>,
+    /// Whether the request has no body: bytes read after its head begin the next one.
+    bodiless: bool,
+}
 
 impl InFlight {
-    fn start(activity: &Arc<Activity>) -> InFlight {
+    fn start(activity: &Arc<Activity>, bodiless: bool) -> InFlight {
         activity.in_flight.fetch_add(1, Ordering::AcqRel);
-        // The head is whole: the next one starts with the next byte read after this answer.
+        // The head is whole: the next one starts with the next byte read after this answer,
+        // or with this answer, if bytes of it were read already (see the module's comment).
         activity.head_started.store(false, Ordering::Release);
-        InFlight(activity.clone())
+        InFlight {
+            activity: activity.clone(),
+            bodiless,
+        }
     }
 }
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        self.0.touch();
-        self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
+        let activity = &self.activity;
+        let now = activity.now_ms();
+        activity.last_ms.store(now, Ordering::Relaxed);
+        if self.bodiless && activity.tail_open.load(Ordering::Relaxed) {
+            // Part of the next head waits in hyper's buffer: its clock runs from now.
+            activity.head_ms.store(now, Ordering::Relaxed);
+            activity.head_started.store(true, Ordering::Release);
+        }
+        activity.in_flight.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -253,7 +286,7 @@ impl Tracked {
     fn unpark(&mut self) {
         if std::mem::take(&mut self.parked) {
             if let Some(in_flight) = &self.in_flight {
-                in_flight.0.unpark();
+                in_flight.activity.unpark();
             }
         }
     }
@@ -293,7 +326,7 @@ impl http_body::Body for Tracked {
         // and the body with it, until the client's window takes some of it.
         if self.h2 {
             if let Some(in_flight) = &self.in_flight {
-                in_flight.0.park();
+                in_flight.activity.park();
                 self.parked = true;
             }
         }
@@ -343,7 +376,10 @@ where
     type Future = Answering<S::Future>;
 
     fn call(&self, request: Request<Incoming>) -> Self::Future {
-        let in_flight = InFlight::start(&self.activity);
+        let in_flight = InFlight::start(
+            &self.activity,
+            http_body::Body::is_end_stream(request.body()),
+        );
         Answering {
             answer: self.inner.call(request),
             in_flight: Some(in_flight),
@@ -377,7 +413,7 @@ where
         let Poll::Ready(Ok(response)) = this.answer.poll(cx) else {
             // The first time it waits, the connection's watch is told (a hit never waits).
             if let Some(in_flight) = this.in_flight.as_ref().filter(|_| !*this.told) {
-                in_flight.0.waits.store(true, Ordering::Relaxed);
+                in_flight.activity.waits.store(true, Ordering::Relaxed);
                 *this.told = true;
             }
             return Poll::Pending;
@@ -431,7 +467,8 @@ impl<I: AsyncRead + Unpin> AsyncRead for Watched<I> {
         let before = buf.filled().len();
         let result = Pin::new(&mut self.io).poll_read(cx, buf);
         if self.reads_count && buf.filled().len() > before {
-            self.activity.read();
+            self.activity
+                .read(ends_inside_a_head(&buf.filled()[before..]));
         }
         result
     }
@@ -479,7 +516,7 @@ mod tests {
 
     fn tracked(activity: &Arc<Activity>, bytes: usize, h2: bool) -> Tracked {
         let body = crate::wire::body::full(vec![b'x'; bytes]);
-        Tracked::new(body, Some(InFlight::start(activity)), h2)
+        Tracked::new(body, Some(InFlight::start(activity, true)), h2)
     }
 
     fn take_piece(body: &mut Tracked) -> usize {
@@ -545,6 +582,56 @@ mod tests {
         // Control frames alone are not the client taking the answer.
         watched.wrote(&Poll::Ready(Ok(CONTROL_FRAMES)), CONTROL_FRAMES);
         assert_eq!(activity.stalled_since(), Some(moved));
+    }
+
+    #[test]
+    fn a_read_ends_inside_a_head_unless_it_ends_on_a_blank_line_or_is_line_breaks_alone() {
+        let whole = b"GET /v1/config HTTP/1.1\r\nHost: x\r\n\r\n";
+        assert!(!ends_inside_a_head(whole));
+        assert!(!ends_inside_a_head(b"GET / HTTP/1.1\nHost: x\n\n"));
+        assert!(!ends_inside_a_head(b"\r\n"));
+        assert!(!ends_inside_a_head(&[whole.as_slice(), b"\r\n"].concat()));
+        assert!(ends_inside_a_head(
+            &[whole.as_slice(), b"GET /v1/con"].concat()
+        ));
+        assert!(ends_inside_a_head(
+            &[whole.as_slice(), b"GET / HTTP/1.1\r\n"].concat()
+        ));
+        assert!(ends_inside_a_head(b"G"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_next_head_read_with_a_request_begins_when_that_answer_is_handed_over() {
+        let activity = Activity::new();
+        // A request head read whole, and the part of the next one read with it (pipelined).
+        activity.read(true);
+        let body = tracked(&activity, 10, false);
+        tokio::time::advance(Duration::from_secs(3)).await;
+        assert_eq!(activity.head_since(), None, "the answer is not over");
+        drop(body);
+        assert_eq!(activity.head_since(), Some(Instant::now()));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_request_read_alone_leaves_its_connection_only_idle_after_its_answer() {
+        let activity = Activity::new();
+        activity.read(false);
+        drop(tracked(&activity, 10, false));
+        assert_eq!(activity.head_since(), None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn bytes_after_a_request_with_a_body_begin_no_head() {
+        // They may be its body's: only a read with no request in flight begins a head then.
+        let activity = Activity::new();
+        activity.read(true);
+        let body = Tracked::new(
+            crate::wire::body::full(vec![b'x'; 10]),
+            Some(InFlight::start(&activity, false)),
+            false,
+        );
+        drop(body);
+        assert_eq!(activity.head_since(), None);
     }
 
     #[tokio::test(start_paused = true)]

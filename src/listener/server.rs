@@ -487,7 +487,7 @@ mod tests {
         let slept_at = Instant::now();
         let first = next_wake(&activity, &limits(), None, slept_at);
         tokio::time::advance(Duration::from_secs(3)).await;
-        activity.read();
+        activity.read(true);
         let begun = Instant::now();
         let due = begun + limits().header_read_timeout;
         // The sleep set before the head began ends before the head is due...
@@ -524,7 +524,7 @@ mod tests {
         let activity = Activity::new();
         let mut limits = limits();
         limits.idle_timeout = Duration::from_secs(2);
-        activity.read();
+        activity.read(true);
         tokio::time::advance(Duration::from_secs(5)).await;
         let now = Instant::now();
         assert_eq!(due(&activity, &limits, None, now), Due::Nothing);

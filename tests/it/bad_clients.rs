@@ -147,6 +147,55 @@ async fn a_slow_head_on_a_kept_alive_connection_is_cut_after_the_head_read_timeo
     assert!(healthy(&icecache).await);
 }
 
+/// Sends `bytes` (a whole request and what follows it) in one write, and reads the answer.
+async fn pipelined(stream: &mut TcpStream, bytes: &[u8]) {
+    stream.write_all(bytes).await.unwrap();
+    assert_eq!(one_answer(stream).await, "HTTP/1.1 200 OK");
+}
+
+/// Whether icecache closes the connection within a minute while nothing more is sent.
+async fn closed_within_a_minute(stream: &mut TcpStream) -> bool {
+    let mut buffer = [0u8; 1024];
+    for _ in 0..600 {
+        match tokio::time::timeout(Duration::from_millis(100), stream.read(&mut buffer)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => return true,
+            _ => {}
+        }
+    }
+    false
+}
+
+#[tokio::test]
+async fn a_head_begun_in_the_read_that_brought_the_request_before_it_is_cut_after_the_head_read_timeout(
+) {
+    let flags = ["--header-read-timeout", "1s", "--idle-timeout", "1h"];
+    let icecache = Icecache::start(&catalog(), &flags).await;
+    for next in [&b"GET /v1/con"[..], b"GET /v1/config HTTP/1.1\r\n"] {
+        let mut stream = TcpStream::connect(address(&icecache)).await.unwrap();
+        let bytes = [&b"GET /v1/config HTTP/1.1\r\nHost: x\r\n\r\n"[..], next].concat();
+        pipelined(&mut stream, &bytes).await;
+        // Only the head-read timeout can end it: the idle timeout is an hour.
+        assert!(
+            closed_within_a_minute(&mut stream).await,
+            "the pipelined head {:?} was never cut",
+            String::from_utf8_lossy(next)
+        );
+    }
+    assert!(healthy(&icecache).await);
+}
+
+#[tokio::test]
+async fn line_breaks_after_a_request_begin_no_head() {
+    let flags = ["--header-read-timeout", "1s", "--idle-timeout", "1h"];
+    let icecache = Icecache::start(&catalog(), &flags).await;
+    let mut stream = TcpStream::connect(address(&icecache)).await.unwrap();
+    let request = b"GET /v1/config HTTP/1.1\r\nHost: x\r\n\r\n";
+    pipelined(&mut stream, &[&request[..], b"\r\n"].concat()).await;
+    // Three head-read timeouts with nothing more sent.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    pipelined(&mut stream, request).await;
+}
+
 #[tokio::test]
 async fn a_megabyte_of_headers_gets_431() {
     let icecache = Icecache::start(&catalog(), &[]).await;
